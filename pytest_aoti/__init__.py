@@ -1,0 +1,43 @@
+"""pytest-aoti: test PyTorch models compiled with AOTInductor.
+
+The core works without pytest: ``compile_model``/``check_model`` export, compile and load a model and return a
+``CompiledModel`` that checks its invariants on every call. Torch is imported only when one of those is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
+
+if TYPE_CHECKING:
+    from pytest_aoti.cache import PackageCache, package_key
+    from pytest_aoti.compiler import CompiledModel, check_model, compile_model
+
+__all__ = [
+    "AOTICompileError",
+    "AOTIExportError",
+    "AOTIInvariantError",
+    "CompiledModel",
+    "PackageCache",
+    "check_model",
+    "compile_model",
+    "package_key",
+]
+
+_LAZY = {
+    "CompiledModel": "pytest_aoti.compiler",
+    "check_model": "pytest_aoti.compiler",
+    "compile_model": "pytest_aoti.compiler",
+    "PackageCache": "pytest_aoti.cache",
+    "package_key": "pytest_aoti.cache",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import torch-bound names on first use, so ``import pytest_aoti`` (and the plugin) stay torch-free."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pytest_aoti' has no attribute {name!r}")

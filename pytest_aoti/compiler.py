@@ -1,0 +1,284 @@
+"""Export, compile, load: the plain-Python core behind the ``aoti_compile`` / ``aoti_check`` fixtures."""
+
+from __future__ import annotations
+
+import difflib
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+
+from pytest_aoti import phases
+from pytest_aoti.cache import PackageCache
+from pytest_aoti.errors import AOTICompileError, AOTIExportError
+from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, program_spec
+
+_LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def one_line(error: BaseException) -> str:
+    """The first non-empty line of an exception, prefixed by its type: the summary line of a failure."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def full_traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
+
+
+class _FunctionModule(torch.nn.Module):
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def as_module(model: Any) -> torch.nn.Module:
+    if isinstance(model, torch.nn.Module):
+        return model
+    if callable(model):
+        return _FunctionModule(model)
+    raise TypeError(f"model: expected a torch.nn.Module or a callable, got {type(model).__name__}")
+
+
+def validate_inputs(args: Any, kwargs: dict[str, Any] | None, *, what: str = "args") -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Check the shape of an ``(args, kwargs)`` pair before it reaches torch.export, naming the bad leaf."""
+    if isinstance(args, torch.Tensor) or not isinstance(args, tuple | list):
+        raise TypeError(
+            f"{what}: expected a tuple of positional inputs, got {type(args).__name__} (wrap one input as (x,))"
+        )
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
+    leaves, _ = pytree.tree_flatten_with_path((tuple(args), kwargs or {}))
+    if not any(isinstance(leaf, torch.Tensor) for _, leaf in leaves):
+        raise TypeError(f"{what}: no tensor among the inputs; AOTI compiles models of tensor inputs")
+    for path, leaf in leaves:
+        if not isinstance(leaf, _LEAF_TYPES):
+            where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])  # type: ignore[attr-defined]
+            raise TypeError(f"{where}: expected a tensor (or a Python scalar), got {type(leaf).__module__}.{type(leaf).__name__}")
+    return tuple(args), dict(kwargs or {})
+
+
+def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
+    """Reject unknown Inductor config keys up front (torch fails late, with an AttributeError mid-compile)."""
+    if configs is None:
+        return {}
+    if not isinstance(configs, dict):
+        raise TypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
+    known = torch._inductor.config.get_config_copy()
+    for key in configs:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
+    # aoti_compile_and_package mutates the dict it is given.
+    return dict(configs)
+
+
+def compile_device(args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module) -> torch.device:
+    """The device the package is compiled for: that of the example tensors (else the parameters), else CPU."""
+    for leaf in pytree.tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device
+    for tensor in [*module.parameters(), *module.buffers()]:
+        return tensor.device
+    return torch.device("cpu")
+
+
+@dataclass
+class CompiledModel:
+    """A loaded AOTI package that checks its invariants on every call.
+
+    Call it like the model. ``call(..., allow_nonfinite=True)`` skips the NaN/Inf check for one call.
+    """
+
+    package_path: Path
+    exported_program: ExportedProgram
+    device: torch.device
+    compile_seconds: float
+    from_cache: bool
+    runner: Any = field(repr=False)
+    spec: ProgramSpec = field(repr=False)
+    allow_nonfinite: bool = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self.call(args, kwargs)
+
+    def call(self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, allow_nonfinite: bool | None = None) -> Any:
+        __tracebackhide__ = True
+        in_spec = self.exported_program.call_spec.in_spec
+        ordered_kwargs = _reorder_kwargs(kwargs or {}, in_spec)
+        flat_inputs = pytree.tree_leaves((tuple(args), ordered_kwargs))
+        bound = check_inputs(self.spec, flat_inputs, self.device)
+        phases.mark("run", str(self.package_path))
+        outputs = self.runner(*args, **(kwargs or {}))
+        phases.mark("ran", str(self.package_path))
+        check_outputs(
+            self.spec,
+            pytree.tree_leaves(outputs),
+            self.device,
+            bound,
+            allow_nonfinite=self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite,
+        )
+        return outputs
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.runner.get_metadata())
+
+
+def _reorder_kwargs(kwargs: dict[str, Any], in_spec: Any) -> dict[str, Any]:
+    if not kwargs or in_spec is None:
+        return kwargs
+    order = in_spec.children_specs[1].context
+    unknown = sorted(set(kwargs) - set(order))
+    if unknown:
+        raise TypeError(f"unexpected keyword input(s) {unknown}; the package was exported with {list(order)}")
+    return {key: kwargs[key] for key in order if key in kwargs}
+
+
+def export_model(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+) -> ExportedProgram:
+    phases.mark("export")
+    try:
+        return torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    except Exception as error:
+        raise AOTIExportError(one_line(error)) from error
+
+
+def load_package(path: Path, device: torch.device) -> Any:
+    phases.mark("load", str(path))
+    device_index = device.index if device.type == "cuda" and device.index is not None else -1
+    try:
+        runner = torch._inductor.aoti_load_package(str(path), device_index=device_index)
+    except Exception as error:
+        raise AOTICompileError(one_line(error), stage="load") from error
+    phases.mark("loaded", str(path))
+    return runner
+
+
+def _build_package(
+    exported: ExportedProgram, configs: dict[str, Any], package_dir: Path, stem: str
+) -> tuple[Path, float]:
+    package_dir.mkdir(parents=True, exist_ok=True)
+    package_path = package_dir / f"{stem}-{uuid.uuid4().hex[:8]}.pt2"
+    phases.mark("compile", str(package_path))
+    started = time.perf_counter()
+    try:
+        torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
+    except Exception as error:
+        raise AOTICompileError(one_line(error)) from error
+    return package_path, time.perf_counter() - started
+
+
+def compile_model(
+    model: Any,
+    args: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    package_dir: Path,
+    dynamic_shapes: Any = None,
+    inductor_configs: dict[str, Any] | None = None,
+    strict: bool = False,
+    cache: PackageCache | None = None,
+    allow_nonfinite: bool = False,
+) -> CompiledModel:
+    """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
+    ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call."""
+    module = as_module(model)
+    args, kwargs = validate_inputs(args, kwargs)
+    configs = validate_inductor_configs(inductor_configs)
+    device = compile_device(args, kwargs, module)
+    exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+
+    if cache is None:
+        package_path, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
+        from_cache = False
+    else:
+        key = cache.key_for(exported, configs, device)
+        with cache.locked(key):
+            cached = cache.lookup(key)
+            if cached is not None:
+                package_path, compile_seconds, from_cache = cached, 0.0, True
+            else:
+                built, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
+                package_path, from_cache = cache.store(key, built, compile_seconds), False
+    runner = load_package(package_path, device)
+    return CompiledModel(
+        package_path=package_path,
+        exported_program=exported,
+        device=device,
+        compile_seconds=compile_seconds,
+        from_cache=from_cache,
+        runner=runner,
+        spec=program_spec(exported),
+        allow_nonfinite=allow_nonfinite,
+    )
+
+
+def check_model(
+    model: Any,
+    args: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    package_dir: Path,
+    more_inputs: Iterable[Any] = (),
+    rtol: float | None = None,
+    atol: float | None = None,
+    dynamic_shapes: Any = None,
+    inductor_configs: dict[str, Any] | None = None,
+    strict: bool = False,
+    cache: PackageCache | None = None,
+    allow_nonfinite: bool = False,
+) -> CompiledModel:
+    """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
+    (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``)."""
+    if (rtol is None) != (atol is None):
+        raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
+    compiled = compile_model(
+        model,
+        args,
+        kwargs,
+        package_dir=package_dir,
+        dynamic_shapes=dynamic_shapes,
+        inductor_configs=inductor_configs,
+        strict=strict,
+        cache=cache,
+        allow_nonfinite=allow_nonfinite,
+    )
+    module = as_module(model)
+    input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]] = [validate_inputs(args, kwargs)]
+    for number, extra in enumerate(more_inputs):
+        if isinstance(extra, dict) and set(extra) <= {"args", "kwargs"}:
+            input_sets.append(validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=f"more_inputs[{number}]"))
+        else:
+            input_sets.append(validate_inputs(extra, None, what=f"more_inputs[{number}]"))
+    for number, (call_args, call_kwargs) in enumerate(input_sets):
+        actual = compiled.call(call_args, call_kwargs)
+        with torch.no_grad():
+            expected = module(*call_args, **call_kwargs)
+        label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
+        torch.testing.assert_close(
+            actual, expected, rtol=rtol, atol=atol, equal_nan=allow_nonfinite,
+            msg=lambda text, label=label: f"compiled vs eager on {label}: {text}",
+        )
+    return compiled

@@ -1,0 +1,147 @@
+"""Pure functions over the text AOTI's debug knobs print: the intermediate value printer (mode 3 kernel names,
+mode 2 tensor stats), NaN asserts, runtime input checks and CUDA errors. No torch, no pytest."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Mode 3: "[ before_launch: cpp_fused_add_sin_0 ]"
+_LAUNCH = re.compile(r"^\[ (?P<when>before|after)_launch: (?P<kernel>[^\s\]]+) \]\s*$", re.MULTILINE)
+# Mode 2: "[  after_launch - cpp_fused_log_mul_0 - buf0  ]:" then "Mean value: -nan" etc. until a blank line.
+_STATS_HEADER = re.compile(
+    r"^\[  (?:(?P<when>before|after)_launch - (?P<kernel>\S+)|aoti_model_inputs) - (?P<arg>\S+)  \]:\s*$", re.MULTILINE
+)
+_STAT_LINE = re.compile(r"^(?P<key>Mean value|Min value|Max value|Device|Size|Dtype): (?P<value>.*)$", re.MULTILINE)
+_NAN_ASSERT = re.compile(r"At least one (?P<what>NaN|INF|Inf) in (?P<buffer>\S+)")
+_RUNTIME_CHECK = re.compile(r"(?P<message>input_handles\[\d+\]: unmatched [^\n]*)")
+_CUDA_ERROR = re.compile(r"(?P<message>CUDA error: [^\n]*)")
+
+
+@dataclass(frozen=True)
+class Launch:
+    when: str  # "before" or "after"
+    kernel: str
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """One mode-2 block: a kernel argument's stats before or after the launch (``kernel`` None for model inputs)."""
+
+    when: str  # "before", "after" or "input"
+    kernel: str | None
+    arg: str
+    mean: str | None
+    minimum: str | None
+    maximum: str | None
+    device: str | None
+    size: str | None
+
+    @property
+    def nonfinite(self) -> bool:
+        return any(_is_nonfinite(v) for v in (self.mean, self.minimum, self.maximum))
+
+
+def _is_nonfinite(text: str | None) -> bool:
+    if text is None:
+        return False
+    try:
+        return not math.isfinite(float(text.strip()))
+    except ValueError:
+        return False
+
+
+def launches(log: str) -> list[Launch]:
+    return [Launch(m.group("when"), m.group("kernel")) for m in _LAUNCH.finditer(log)]
+
+
+def died_in(log: str) -> str | None:
+    """The kernel launched last and never finished (``before_launch`` with no ``after_launch``), if any."""
+    events = launches(log)
+    if events and events[-1].when == "before":
+        return events[-1].kernel
+    return None
+
+
+def last_completed(log: str) -> str | None:
+    """The last kernel with an ``after_launch`` line."""
+    for event in reversed(launches(log)):
+        if event.when == "after":
+            return event.kernel
+    return None
+
+
+def kernel_before(log: str, kernel: str) -> str | None:
+    """The kernel launched just before the last launch of ``kernel``."""
+    names = [e.kernel for e in launches(log) if e.when == "before"]
+    for position in range(len(names) - 1, 0, -1):
+        if names[position] == kernel:
+            return names[position - 1]
+    return None
+
+
+def suspect_kernels(log: str) -> tuple[str, ...]:
+    """The kernel that died (else the last that completed) and the one launched before it: the kernels the
+    tensor-stats stage prints."""
+    suspect = died_in(log) or last_completed(log)
+    if suspect is None:
+        return ()
+    previous = kernel_before(log, suspect)
+    return (suspect,) if previous is None or previous == suspect else (suspect, previous)
+
+
+def tensor_stats(log: str) -> list[TensorStats]:
+    headers = list(_STATS_HEADER.finditer(log))
+    blocks = []
+    for number, header in enumerate(headers):
+        end = headers[number + 1].start() if number + 1 < len(headers) else len(log)
+        fields = {m.group("key"): m.group("value").strip() for m in _STAT_LINE.finditer(log, header.end(), end)}
+        blocks.append(
+            TensorStats(
+                when=header.group("when") or "input",
+                kernel=header.group("kernel"),
+                arg=header.group("arg"),
+                mean=fields.get("Mean value"),
+                minimum=fields.get("Min value"),
+                maximum=fields.get("Max value"),
+                device=fields.get("Device"),
+                size=fields.get("Size"),
+            )
+        )
+    return blocks
+
+
+def first_nonfinite(stats: list[TensorStats]) -> TensorStats | None:
+    """The first model input or kernel output holding NaN/Inf. ``before_launch`` blocks of output buffers show
+    uninitialised memory, so only inputs and ``after_launch`` blocks count."""
+    for block in stats:
+        if block.when in ("input", "after") and block.nonfinite:
+            return block
+    return None
+
+
+def nan_assert(log: str) -> str | None:
+    """The message of a failed ``TORCHINDUCTOR_NAN_ASSERTS`` check, e.g. ``At least one NaN in buf0``."""
+    match = _NAN_ASSERT.search(log)
+    return match.group(0) if match else None
+
+
+def runtime_check_error(log: str) -> str | None:
+    """The first ``AOTI_RUNTIME_CHECK_INPUTS`` complaint, e.g. ``input_handles[0]: unmatched dim value at 0 ...``."""
+    match = _RUNTIME_CHECK.search(log)
+    return match.group("message").strip() if match else None
+
+
+def cuda_error(log: str) -> str | None:
+    match = _CUDA_ERROR.search(log)
+    return match.group("message").strip() if match else None
+
+
+def trim(log: str, *, head: int = 60, tail: int = 120) -> str:
+    """Keep the first ``head`` and last ``tail`` lines of a long log, saying how many were left out."""
+    lines = log.splitlines()
+    if len(lines) <= head + tail:
+        return log
+    skipped = len(lines) - head - tail
+    return "\n".join([*lines[:head], f"... {skipped} lines left out (full log in the file named above) ...", *lines[-tail:]])

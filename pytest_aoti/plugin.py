@@ -1,0 +1,443 @@
+"""pytest glue: options, markers, fixtures and hooks over pytest_aoti's plain functions.
+
+Importing this module must not import torch: everything torch-bound is imported inside fixtures and hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Generator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_aoti import settings as aoti_settings
+from pytest_aoti.child import REPORT_FILE_ENV, ChildRun, run_child, write_report
+from pytest_aoti.errors import AOTICompileError, AOTIExportError
+from pytest_aoti.phases import CHILD_ENV
+from pytest_aoti.settings import DebugRequest, Settings
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.cache import PackageCache
+    from pytest_aoti.compiler import CompiledModel
+    from pytest_aoti.debug import Verdict
+
+AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device"})
+
+settings_key = pytest.StashKey[Settings]()
+cache_key = pytest.StashKey["PackageCache | None"]()
+verdicts_key = pytest.StashKey[list[tuple[str, "Verdict"]]]()
+log_dir_key = pytest.StashKey[Path]()
+armed_key = pytest.StashKey[dict[str, dict[str, Any]]]()
+poisoned_by_key = pytest.StashKey[str]()
+worker_stats_key = pytest.StashKey[list[dict[str, float]]]()
+compiled_key = pytest.StashKey[list["CompiledModel"]]()
+
+
+def in_child() -> bool:
+    return bool(os.environ.get(CHILD_ENV))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    aoti_settings.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in aoti_settings.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    settings = aoti_settings.resolve(config)
+    config.stash[settings_key] = settings
+    config.stash[verdicts_key] = []
+    config.stash[armed_key] = {}
+    config.stash[worker_stats_key] = []
+    if settings.cache_clear and not in_child() and not hasattr(config, "workerinput"):
+        from pytest_aoti.cache import clear_cache_dir
+
+        clear_cache_dir(settings.cache_dir)
+    report_file = os.environ.get(REPORT_FILE_ENV)
+    if in_child() and report_file:
+        config.pluginmanager.register(_ChildReporter(config, report_file), "aoti-child-reporter")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(config), "aoti-xdist")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    settings = config.stash[settings_key]
+    cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
+    return (
+        f"aoti: device={settings.device}, debug={'on' if settings.debug else 'off'}, "
+        f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"
+    )
+
+
+class _ChildReporter:
+    """In a child process: send every test report back to the parent as it is made."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self.config = config
+        self.path = path
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        write_report(self.config, report, self.path)
+
+
+# ---------------------------------------------------------------------------------------------------------------- fixtures
+
+
+def _session_cache(config: pytest.Config) -> PackageCache | None:
+    if cache_key not in config.stash:
+        settings = config.stash[settings_key]
+        from pytest_aoti.cache import PackageCache
+
+        config.stash[cache_key] = (
+            PackageCache.open(settings.cache_dir, settings.cache_max_bytes) if settings.use_cache else None
+        )
+    return config.stash[cache_key]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device; skips the test when the CUDA device is absent."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip(f"aoti_device {name!r}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            pytest.skip(f"aoti_device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
+
+
+@pytest.fixture(scope="session")
+def aoti_device(pytestconfig: pytest.Config) -> torch.device:
+    """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``."""
+    return resolve_device(pytestconfig.stash[settings_key].device)
+
+
+def _allow_nonfinite(item: pytest.Item) -> bool:
+    return bool((aoti_settings.marker_arguments(item, "aoti") or {}).get("allow_nonfinite", False))
+
+
+def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
+    """Export/compile failures fail the test with the one-line summary first and the full traceback after."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> CompiledModel:
+        try:
+            return build(*args, **kwargs)
+        except (AOTIExportError, AOTICompileError) as error:
+            from pytest_aoti.compiler import full_traceback
+
+            cause = error.__cause__ or error
+            pytest.fail(f"{error}\n\n{full_traceback(cause)}", pytrace=False)
+
+    return wrapper
+
+
+def _seed() -> None:
+    """Seed torch at setup so a model built with random weights is the same every run and hits the cache."""
+    import torch
+
+    torch.manual_seed(0)
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, value)
+
+
+@pytest.fixture
+def aoti_compile(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
+) -> Callable[..., CompiledModel]:
+    """``aoti_compile(model, args, kwargs=None, *, dynamic_shapes=None, inductor_configs=None, strict=False)``:
+    move the model and inputs to ``aoti_device``, export, compile (or take from the cache), load; the result checks
+    its invariants on every call."""
+    from pytest_aoti.compiler import as_module, compile_model
+
+    _seed()
+    config = request.config
+    compiled_models = request.node.stash.setdefault(compiled_key, [])
+
+    @_fail_on_build_error
+    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        module = as_module(model).to(aoti_device)
+        compiled = compile_model(
+            module,
+            _moved(args, aoti_device),
+            _moved(kwargs, aoti_device),
+            package_dir=tmp_path / "aoti-packages",
+            cache=_session_cache(config),
+            allow_nonfinite=_allow_nonfinite(request.node),
+            **options,
+        )
+        compiled_models.append(compiled)
+        return compiled
+
+    return build
+
+
+@pytest.fixture
+def aoti_check(request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path) -> Callable[..., CompiledModel]:
+    """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, ...)``: compile as
+    ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
+    from pytest_aoti.compiler import as_module, check_model
+
+    _seed()
+    config = request.config
+    compiled_models = request.node.stash.setdefault(compiled_key, [])
+
+    @_fail_on_build_error
+    def check(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        module = as_module(model).to(aoti_device)
+        if "more_inputs" in options:
+            options["more_inputs"] = [_moved(extra, aoti_device) for extra in options["more_inputs"]]
+        compiled = check_model(
+            module,
+            _moved(args, aoti_device),
+            _moved(kwargs, aoti_device),
+            package_dir=tmp_path / "aoti-packages",
+            cache=_session_cache(config),
+            allow_nonfinite=options.pop("allow_nonfinite", _allow_nonfinite(request.node)),
+            **options,
+        )
+        compiled_models.append(compiled)
+        return compiled
+
+    return check
+
+
+# ------------------------------------------------------------------------------------------------------ debug and isolation
+
+
+def _uses_aoti(item: pytest.Item) -> bool:
+    return bool(AOTI_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def _debug_requested(item: pytest.Item, settings: Settings) -> DebugRequest | None:
+    if item.get_closest_marker("aoti_ima") is None and not (settings.debug and _uses_aoti(item)):
+        return None
+    return aoti_settings.debug_request(item, settings)
+
+
+def _log_dir(config: pytest.Config, nodeid: str) -> Path:
+    if log_dir_key not in config.stash:
+        config.stash[log_dir_key] = Path(tempfile.mkdtemp(prefix="pytest-aoti-logs-"))
+    safe = re.sub(r"[^\w.-]+", "_", nodeid)[-120:]
+    return Path(tempfile.mkdtemp(prefix=safe + "-", dir=config.stash[log_dir_key]))
+
+
+def _child_args(settings: Settings) -> list[str]:
+    """The parent's resolved aoti settings, passed on explicitly (ini values the child reads anyway)."""
+    args = [f"--aoti-device={settings.device}", f"--aoti-rerun-timeout={settings.rerun_timeout:g}"]
+    args += [f"--aoti-cache-dir={settings.cache_dir}", f"--aoti-cache-max-mb={settings.cache_max_bytes >> 20}"]
+    return args + ([] if settings.use_cache else ["--aoti-no-cache"])
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return crash.message if crash is not None else str(report.longrepr)
+
+
+def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: DebugRequest) -> None:
+    """Rerun the failed test through the debug stages and attach the verdict to its report."""
+    from pytest_aoti.debug import debug_rerun
+    from pytest_aoti.reporting import SECTION_TITLE, section_text, user_properties
+
+    settings = config.stash[settings_key]
+    verdict = debug_rerun(
+        config,
+        report.nodeid,
+        workdir=_log_dir(config, report.nodeid),
+        timeout=request.timeout,
+        extra_env=request.env,
+        kernels=request.kernels,
+        stages=request.stages,
+        extra_args=_child_args(settings),
+        nonfinite_failure="nonfinite invariant violated" in _failure_text(report),
+    )
+    report.sections.append((SECTION_TITLE, section_text(verdict)))
+    report.user_properties = [*report.user_properties, *user_properties(verdict)]
+    config.stash[verdicts_key].append((report.nodeid, verdict))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if in_child():
+        return report
+    config = item.config
+    settings = config.stash[settings_key]
+    request = _debug_requested(item, settings)
+    if request is not None and report.when == "setup":
+        # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
+        report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
+    if report.failed and report.when in ("setup", "call"):
+        _check_cuda_context(item, report)
+        if request is not None:
+            _attach_debug(config, report, request)
+    if report.when == "teardown":
+        _attach_package_info(item, report)
+    return report
+
+
+def _attach_package_info(item: pytest.Item, report: pytest.TestReport) -> None:
+    compiled = item.stash.get(compiled_key, [])
+    if compiled:
+        report.user_properties = [
+            *report.user_properties,
+            ("aoti_packages", ", ".join(str(c.package_path) for c in compiled)),
+            ("aoti_from_cache", ", ".join(str(c.from_cache) for c in compiled)),
+        ]
+
+
+def _check_cuda_context(item: pytest.Item, report: pytest.TestReport) -> None:
+    """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the context
+    for every later test, which then runs isolated instead of failing with the inherited error."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).cpu()
+    except Exception as error:  # any error here means the context is unusable
+        item.config.stash[poisoned_by_key] = item.nodeid
+        report.sections.append(
+            (
+                "aoti cuda context",
+                f"the CUDA context of this process is unusable after this test: {str(error).splitlines()[0]}\n"
+                "later tests that use CUDA run in fresh subprocesses (pytest-aoti).",
+            )
+        )
+
+
+def _isolate_reason(item: pytest.Item, settings: Settings) -> str | None:
+    if item.get_closest_marker("aoti_isolate") is not None:
+        return "marked aoti_isolate"
+    if settings.isolate and _uses_aoti(item):
+        return "--aoti-isolate"
+    poisoned_by = item.config.stash.get(poisoned_by_key, None)
+    if poisoned_by is not None and _uses_aoti(item) and settings.device != "cpu":
+        return f"the CUDA context was poisoned by {poisoned_by}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    if in_child():
+        return None
+    settings = item.config.stash[settings_key]
+    reason = _isolate_reason(item, settings)
+    if reason is None:
+        return None
+    timeout = aoti_settings.isolate_timeout(item, settings)
+    request = _debug_requested(item, settings)
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    run = run_child(
+        item.config, item.nodeid, stage="isolate", env={}, timeout=timeout,
+        workdir=_log_dir(item.config, item.nodeid), extra_args=_child_args(settings),
+    )
+    for report in _isolated_reports(item, run, reason):
+        if report.failed and report.when in ("setup", "call") and request is not None:
+            _attach_debug(item.config, report, request)
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
+    """The child's reports, completed with a failed report for the phase it died in (crash or timeout)."""
+    from pytest_aoti.reporting import isolation_crash_text
+
+    reports = list(run.reports)
+    for report in reports:
+        report.sections.append(("aoti isolation", f"ran in a fresh subprocess: {reason}"))
+    if run.outcome in ("crashed", "timed out", "error") and not any(r.failed for r in reports):
+        phases_done = [r.when for r in reports]
+        when = "setup" if not phases_done else ("call" if phases_done[-1] == "setup" else "teardown")
+        reports = [r for r in reports if r.when != "teardown"]
+        if not phases_done:
+            reports.append(_report(item, "setup", "passed", None, reason))
+            when = "call"
+        reports.append(_report(item, when, "failed", isolation_crash_text(run), reason))
+        if when != "teardown":
+            reports.append(_report(item, "teardown", "passed", None, reason))
+    return reports
+
+
+def _report(item: pytest.Item, when: str, outcome: str, longrepr: str | None, reason: str) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={name: 1 for name in item.keywords},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr=longrepr,
+        when=when,  # type: ignore[arg-type]
+        sections=[("aoti isolation", f"ran in a fresh subprocess: {reason}")],
+        user_properties=list(item.user_properties),
+    )
+
+
+class _XdistHooks:
+    """Registered only when pytest-xdist is present: debug reruns for tests that crash their worker, and the
+    workers' cache statistics for the controller's summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        request = getattr(report, "aoti_debug_request", None)
+        if request is not None:
+            self.config.stash[armed_key][report.nodeid] = request
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        armed = self.config.stash[armed_key].get(crashitem)
+        if armed is None:
+            return
+        request = DebugRequest(
+            timeout=armed["timeout"], env=armed["env"], kernels=tuple(armed["kernels"]), stages=tuple(armed["stages"])
+        )
+        _attach_debug(self.config, report, request)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        stats = getattr(node, "workeroutput", {}).get("aoti_cache_stats")
+        if stats:
+            self.config.stash[worker_stats_key].append(stats)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    cache = config.stash.get(cache_key, None)
+    if cache is not None and hasattr(config, "workeroutput"):
+        config.workeroutput["aoti_cache_stats"] = cache.stats.as_dict()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from pytest_aoti.reporting import cache_summary
+
+    verdicts = config.stash[verdicts_key]
+    cache = config.stash.get(cache_key, None)
+    stats = [*config.stash[worker_stats_key], *([cache.stats.as_dict()] if cache is not None else [])]
+    if not verdicts and not stats:
+        return
+    terminalreporter.write_sep("=", "aoti")
+    for nodeid, verdict in verdicts:
+        terminalreporter.write_line(f"{nodeid}: {verdict.headline()}")
+        if verdict.stages:
+            terminalreporter.write_line(f"    reproduce: {verdict.first.reproduce}")
+    if stats:
+        terminalreporter.write_line(cache_summary(stats))
+    if log_dir_key in config.stash:
+        terminalreporter.write_line(f"aoti child logs: {config.stash[log_dir_key]}")

@@ -1,0 +1,194 @@
+"""Options (each flag with its ini twin), resolved once at configure time into a frozen :class:`Settings`,
+and the markers' arguments parsed through real signatures. Precedence: ini < command line < marker."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.cache import default_cache_dir
+
+DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
+DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
+ISOLATE_DESC = "run every test that uses the aoti fixtures in a fresh subprocess, so a crash fails only that test"
+TIMEOUT_DESC = "seconds a debug or isolated child process may run before it is stopped (default 900)"
+CACHE_DIR_DESC = "directory of the compiled-package cache (default: ~/.cache/pytest-aoti)"
+NO_CACHE_DESC = "compile every model afresh; do not read or write the package cache"
+CACHE_CLEAR_DESC = "empty the package cache at the start of the session"
+CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
+
+DEFAULT_RERUN_TIMEOUT = 900.0
+DEFAULT_CACHE_MAX_MB = 2048
+_DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+STAGES = ("kernels", "tensors")
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str
+    debug: bool
+    isolate: bool
+    rerun_timeout: float
+    cache_dir: Path
+    use_cache: bool
+    cache_clear: bool
+    cache_max_bytes: int
+
+
+@dataclass(frozen=True)
+class DebugRequest:
+    """How a failing test is debug-rerun: from ``@pytest.mark.aoti_ima(...)`` over the session settings."""
+
+    timeout: float
+    env: Mapping[str, str]
+    kernels: tuple[str, ...]
+    stages: tuple[str, ...]
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
+
+    def option(name: str, help: str, *, flag: bool = False, ini_type: Any = "string", default: Any = None) -> None:
+        dest = "aoti_" + name.replace("-", "_")
+        if flag:
+            group.addoption(f"--aoti-{name}", action="store_true", default=None, dest=dest, help=help)
+        else:
+            group.addoption(f"--aoti-{name}", default=None, dest=dest, metavar=name.split("-")[-1].upper(), help=help)
+        parser.addini(dest, help, type=ini_type, default=default)
+
+    option("device", DEVICE_DESC, default="auto")
+    option("debug", DEBUG_DESC, flag=True, ini_type="bool", default=False)
+    option("isolate", ISOLATE_DESC, flag=True, ini_type="bool", default=False)
+    option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
+    option("cache-dir", CACHE_DIR_DESC, default="")
+    option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
+    option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini_type="bool", default=False)
+    option("cache-max-mb", CACHE_MAX_MB_DESC, default=str(DEFAULT_CACHE_MAX_MB))
+
+
+def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """The option's value and where it came from, for error messages."""
+    dest = "aoti_" + name.replace("-", "_")
+    cli = config.getoption(dest)
+    if cli is not None:
+        return cli, f"--aoti-{name}"
+    return config.getini(dest), f"ini option {dest}"
+
+
+def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False) -> float:
+    try:
+        value = int(raw) if integer else float(raw)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{source}: expected {what}, got {raw!r}") from None
+    if value <= 0:
+        raise pytest.UsageError(f"{source}: expected {what} greater than 0, got {raw!r}")
+    return value
+
+
+def resolve(config: pytest.Config) -> Settings:
+    device, device_source = _value(config, "device")
+    device = str(device).strip()
+    if not _DEVICE_PATTERN.match(device):
+        raise pytest.UsageError(f"{device_source}: unknown device {device!r}; expected auto, cpu, cuda or cuda:N")
+    timeout_raw, timeout_source = _value(config, "rerun-timeout")
+    cap_raw, cap_source = _value(config, "cache-max-mb")
+    cache_dir_raw, _ = _value(config, "cache-dir")
+    if cache_dir_raw:
+        cache_dir = Path(cache_dir_raw).expanduser()
+        if not cache_dir.is_absolute():
+            cache_dir = config.rootpath / cache_dir
+    else:
+        cache_dir = default_cache_dir()
+    settings = Settings(
+        device=device,
+        debug=bool(_value(config, "debug")[0]),
+        isolate=bool(_value(config, "isolate")[0]),
+        rerun_timeout=_positive_number(timeout_raw, timeout_source, what="seconds"),
+        cache_dir=cache_dir,
+        use_cache=not _value(config, "no-cache")[0],
+        cache_clear=bool(_value(config, "cache-clear")[0]),
+        cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
+    )
+    if (settings.debug or settings.isolate) and config.getoption("usepdb", False):
+        raise pytest.UsageError("--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with --pdb")
+    return settings
+
+
+def _aoti_ima_signature(
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    kernels: Sequence[str] = (),
+    stages: Sequence[str] = STAGES,
+) -> None: ...
+
+
+def _aoti_isolate_signature(*, timeout: float | None = None) -> None: ...
+
+
+def _aoti_signature(*, allow_nonfinite: bool = False) -> None: ...
+
+
+MARKERS = {
+    "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=('kernels', 'tensors')): when the test fails, "
+    "rerun it alone in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel",
+    "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only this test",
+    "aoti": "aoti(*, allow_nonfinite=False): per-test settings of the aoti fixtures",
+}
+_SIGNATURES = {"aoti_ima": _aoti_ima_signature, "aoti_isolate": _aoti_isolate_signature, "aoti": _aoti_signature}
+
+
+def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
+    """The marker's arguments bound through its signature (defaults applied), or None when it is absent."""
+    marker = item.get_closest_marker(name)
+    if marker is None:
+        return None
+    try:
+        bound = inspect.signature(_SIGNATURES[name]).bind(*marker.args, **marker.kwargs)
+    except TypeError as error:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name}: {error}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
+    args = marker_arguments(item, "aoti_ima") or {}
+    where = f"{item.nodeid}: @pytest.mark.aoti_ima"
+    timeout = args.get("timeout")
+    env = dict(args.get("env") or {})
+    kernels = args.get("kernels") or ()
+    stages = tuple(args.get("stages") or STAGES)
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise pytest.UsageError(f"{where}: timeout= expected seconds greater than 0, got {timeout!r}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise pytest.UsageError(f"{where}: env= expected a dict of str to str, got {env!r}")
+    if isinstance(kernels, str) or not all(isinstance(k, str) for k in kernels):
+        raise pytest.UsageError(f"{where}: kernels= expected a list of kernel names, got {kernels!r}")
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
+    if "kernels" not in stages and not kernels:
+        raise pytest.UsageError(f"{where}: stages=('tensors',) alone needs kernels= to know what to print")
+    return DebugRequest(
+        timeout=float(timeout) if timeout is not None else settings.rerun_timeout,
+        env=env,
+        kernels=tuple(kernels),
+        stages=stages,
+    )
+
+
+def isolate_timeout(item: pytest.Item, settings: Settings) -> float:
+    args = marker_arguments(item, "aoti_isolate") or {}
+    timeout = args.get("timeout")
+    if timeout is None:
+        return settings.rerun_timeout
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.aoti_isolate: timeout= expected seconds > 0, got {timeout!r}")
+    return float(timeout)
