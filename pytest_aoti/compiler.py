@@ -14,10 +14,11 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
+from torch.export._tree_utils import reorder_kwargs
 
 from pytest_aoti import phases
 from pytest_aoti.cache import PackageCache
-from pytest_aoti.errors import AOTICompileError, AOTIExportError
+from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
 from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, program_spec
 
 _LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -141,13 +142,15 @@ class CompiledModel:
 
 
 def _reorder_kwargs(kwargs: dict[str, Any], in_spec: Any) -> dict[str, Any]:
-    if not kwargs or in_spec is None:
-        return kwargs
-    order = in_spec.children_specs[1].context
-    unknown = sorted(set(kwargs) - set(order))
-    if unknown:
-        raise TypeError(f"unexpected keyword input(s) {unknown}; the package was exported with {list(order)}")
-    return {key: kwargs[key] for key in order if key in kwargs}
+    """The kwargs in the order the package flattens them (torch's own helper), or an invariant error."""
+    __tracebackhide__ = True
+    try:
+        return reorder_kwargs(kwargs, in_spec)
+    except ValueError as error:
+        raise AOTIInvariantError(
+            "input_structure", side="input", index=0, name=None, expected="the exported keyword inputs",
+            actual=f"keywords {sorted(kwargs)}", detail=str(error),
+        ) from None
 
 
 def export_model(

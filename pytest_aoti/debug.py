@@ -67,7 +67,10 @@ class Verdict:
         if self.died_in:
             parts.append(f"in kernel {self.died_in} (before_launch with no after_launch)")
         elif self.last_completed and self.first.outcome == "crashed":
-            parts.append(f"after kernel {self.last_completed} completed (the crash is in code between kernels)")
+            parts.append(
+                f"after kernel {self.last_completed} completed and before the next kernel launched "
+                "(the crash is in code between compiled kernels: a custom op or an extern call)"
+            )
         elif self.last_completed:
             parts.append(f"last kernel completed: {self.last_completed}")
         if self.phase == "load":

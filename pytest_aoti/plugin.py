@@ -68,6 +68,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_XdistHooks(config), "aoti-xdist")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate every aoti marker's arguments up front, so a typo is a usage error, not a failure mid-run."""
+    settings = config.stash[settings_key]
+    for item in items:
+        if item.get_closest_marker("aoti_ima") is not None:
+            aoti_settings.debug_request(item, settings)
+        if item.get_closest_marker("aoti_isolate") is not None:
+            aoti_settings.isolate_timeout(item, settings)
+        aoti_settings.marker_arguments(item, "aoti")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[settings_key]
     cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
@@ -131,13 +142,15 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
     """Export/compile failures fail the test with the one-line summary first and the full traceback after."""
 
     def wrapper(*args: Any, **kwargs: Any) -> CompiledModel:
+        __tracebackhide__ = True
         try:
             return build(*args, **kwargs)
         except (AOTIExportError, AOTICompileError) as error:
             from pytest_aoti.compiler import full_traceback
 
-            cause = error.__cause__ or error
-            pytest.fail(f"{error}\n\n{full_traceback(cause)}", pytrace=False)
+            message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
+        # Outside the except block, so pytest does not print the chain again before the summary line.
+        pytest.fail(message, pytrace=False)
 
     return wrapper
 

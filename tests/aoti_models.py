@@ -1,0 +1,53 @@
+"""Small real models the project's tests compile. Copied into each pytester directory as ``aoti_models.py``, so
+identical models give identical cache keys across test runs (the fixtures seed torch before a test builds them)."""
+
+import ctypes
+import os
+
+import torch
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(8, 16)
+        self.second = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+class LogModel(torch.nn.Module):
+    """log of a negative input makes NaN inside the compiled kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x) * 2
+
+
+class RowScale(torch.nn.Module):
+    """Two inputs with a derived dim: y has 2 * batch rows."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sin() + 1, y * 2
+
+
+@torch.library.custom_op("aoti_tests::maybe_crash", mutates_args=())
+def maybe_crash(x: torch.Tensor) -> torch.Tensor:
+    """Segfaults (or aborts, with AOTI_TESTS_CRASH=abort) when any value is above 100: a real crash inside the
+    compiled model, between two compiled kernels."""
+    if bool((x > 100).any()):
+        if os.environ.get("AOTI_TESTS_CRASH") == "abort":
+            os.abort()
+        ctypes.string_at(0)
+    return x.clone()
+
+
+@maybe_crash.register_fake
+def _maybe_crash_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Crashy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = maybe_crash(torch.sin(x) * 2 + x)
+        return y.cos() + 1
