@@ -262,8 +262,11 @@ def _failure_text(report: pytest.TestReport) -> str:
     return crash.message if crash is not None else str(report.longrepr)
 
 
-def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: DebugRequest) -> None:
-    """Rerun the failed test through the debug stages and attach the verdict to its report."""
+def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: DebugRequest) -> list[tuple[str, object]]:
+    """Rerun the failed test through the debug stages and attach the verdict to its report.
+
+    Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml reads
+    ``user_properties`` from that one only."""
     from pytest_aoti.debug import debug_rerun
     from pytest_aoti.reporting import SECTION_TITLE, section_text, user_properties
 
@@ -279,9 +282,11 @@ def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: Deb
         extra_args=_child_args(settings),
         nonfinite_failure="nonfinite invariant violated" in _failure_text(report),
     )
+    properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
-    report.user_properties = [*report.user_properties, *user_properties(verdict)]
+    report.user_properties = [*report.user_properties, *properties]
     config.stash[verdicts_key].append((report.nodeid, verdict))
+    return properties
 
 
 @pytest.hookimpl(wrapper=True)
@@ -298,7 +303,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and report.when in ("setup", "call"):
         _check_cuda_context(item, report)
         if request is not None:
-            _attach_debug(config, report, request)
+            item.user_properties.extend(_attach_debug(config, report, request))
     if report.when == "teardown":
         _attach_package_info(item, report)
     return report
@@ -360,9 +365,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.config, item.nodeid, stage="isolate", env={}, timeout=timeout,
         workdir=_log_dir(item.config, item.nodeid), extra_args=_child_args(settings),
     )
+    properties: list[tuple[str, object]] = []
     for report in _isolated_reports(item, run, reason):
         if report.failed and report.when in ("setup", "call") and request is not None:
-            _attach_debug(item.config, report, request)
+            properties = _attach_debug(item.config, report, request)
+        if report.when == "teardown":
+            report.user_properties = [*report.user_properties, *properties]
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
@@ -407,11 +415,21 @@ class _XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.crash_properties: dict[str, list[tuple[str, object]]] = {}
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         request = getattr(report, "aoti_debug_request", None)
         if request is not None:
             self.config.stash[armed_key][report.nodeid] = request
+        properties = self.crash_properties.pop(report.nodeid, None)
+        if properties is not None:
+            # xdist logs a crashed test as one report and never a teardown: give junitxml the teardown it reads
+            # properties from.
+            teardown = pytest.TestReport(
+                report.nodeid, report.location, {}, "passed", None, "teardown", user_properties=properties
+            )
+            self.config.hook.pytest_runtest_logreport(report=teardown)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
@@ -421,7 +439,8 @@ class _XdistHooks:
         request = DebugRequest(
             timeout=armed["timeout"], env=armed["env"], kernels=tuple(armed["kernels"]), stages=tuple(armed["stages"])
         )
-        _attach_debug(self.config, report, request)
+        properties = _attach_debug(self.config, report, request)
+        self.crash_properties[crashitem] = properties
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
