@@ -50,8 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, description in aoti_settings.MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {description}")
+    for signature_and_help in aoti_settings.MARKERS.values():
+        config.addinivalue_line("markers", signature_and_help)
     settings = aoti_settings.resolve(config)
     config.stash[settings_key] = settings
     config.stash[verdicts_key] = []
