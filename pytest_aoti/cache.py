@@ -214,6 +214,7 @@ class PackageCache:
         """Move a freshly built package into the cache atomically and return its cached path."""
         self.stats.compile_seconds += compile_seconds
         package, sidecar = self._paths(key)
+        package.parent.mkdir(mode=0o700, exist_ok=True)
         record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
         for target, write in ((package, lambda tmp: shutil.copyfile(built, tmp)),
                               (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))):
