@@ -168,7 +168,9 @@ class PackageCache:
         reason = unsafe_reason(root)
         if reason is not None:
             warnings.warn(
-                AOTICacheWarning(f"pytest-aoti: not using the package cache at {root}: {reason}; compiling without a cache"),
+                AOTICacheWarning(
+                    f"pytest-aoti: not using the package cache at {root}: {reason}; compiling without a cache"
+                ),
                 stacklevel=2,
             )
             return None
@@ -216,8 +218,10 @@ class PackageCache:
         package, sidecar = self._paths(key)
         package.parent.mkdir(mode=0o700, exist_ok=True)
         record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
-        for target, write in ((package, lambda tmp: shutil.copyfile(built, tmp)),
-                              (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))):
+        for target, write in (
+            (package, lambda tmp: shutil.copyfile(built, tmp)),
+            (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record))),
+        ):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
             os.close(fd)
             try:

@@ -145,7 +145,12 @@ def run_child(
     timed_out = False
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            cwd=cwd,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import time
 import traceback
 import uuid
@@ -54,7 +55,9 @@ def as_module(model: Any) -> torch.nn.Module:
     raise TypeError(f"model: expected a torch.nn.Module or a callable, got {type(model).__name__}")
 
 
-def validate_inputs(args: Any, kwargs: dict[str, Any] | None, *, what: str = "args") -> tuple[tuple[Any, ...], dict[str, Any]]:
+def validate_inputs(
+    args: Any, kwargs: dict[str, Any] | None, *, what: str = "args"
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Check the shape of an ``(args, kwargs)`` pair before it reaches torch.export, naming the bad leaf."""
     if isinstance(args, torch.Tensor) or not isinstance(args, tuple | list):
         raise TypeError(
@@ -68,7 +71,9 @@ def validate_inputs(args: Any, kwargs: dict[str, Any] | None, *, what: str = "ar
     for path, leaf in leaves:
         if not isinstance(leaf, _LEAF_TYPES):
             where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])  # type: ignore[attr-defined]
-            raise TypeError(f"{where}: expected a tensor (or a Python scalar), got {type(leaf).__module__}.{type(leaf).__name__}")
+            raise TypeError(
+                f"{where}: expected a tensor (or a Python scalar), got {type(leaf).__module__}.{type(leaf).__name__}"
+            )
     return tuple(args), dict(kwargs or {})
 
 
@@ -118,7 +123,9 @@ class CompiledModel:
         __tracebackhide__ = True
         return self.call(args, kwargs)
 
-    def call(self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, allow_nonfinite: bool | None = None) -> Any:
+    def call(
+        self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, allow_nonfinite: bool | None = None
+    ) -> Any:
         __tracebackhide__ = True
         in_spec = self.exported_program.call_spec.in_spec
         ordered_kwargs = _reorder_kwargs(kwargs or {}, in_spec)
@@ -148,8 +155,13 @@ def _reorder_kwargs(kwargs: dict[str, Any], in_spec: Any) -> dict[str, Any]:
         return reorder_kwargs(kwargs, in_spec)
     except ValueError as error:
         raise AOTIInvariantError(
-            "input_structure", side="input", index=0, name=None, expected="the exported keyword inputs",
-            actual=f"keywords {sorted(kwargs)}", detail=str(error),
+            "input_structure",
+            side="input",
+            index=0,
+            name=None,
+            expected="the exported keyword inputs",
+            actual=f"keywords {sorted(kwargs)}",
+            detail=str(error),
         ) from None
 
 
@@ -238,6 +250,10 @@ def compile_model(
     )
 
 
+def _mismatch_message(label: str, text: str) -> str:
+    return f"compiled vs eager on {label}: {text}"
+
+
 def check_model(
     model: Any,
     args: Any,
@@ -272,7 +288,9 @@ def check_model(
     input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]] = [validate_inputs(args, kwargs)]
     for number, extra in enumerate(more_inputs):
         if isinstance(extra, dict) and set(extra) <= {"args", "kwargs"}:
-            input_sets.append(validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=f"more_inputs[{number}]"))
+            input_sets.append(
+                validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=f"more_inputs[{number}]")
+            )
         else:
             input_sets.append(validate_inputs(extra, None, what=f"more_inputs[{number}]"))
     for number, (call_args, call_kwargs) in enumerate(input_sets):
@@ -281,7 +299,11 @@ def check_model(
             expected = module(*call_args, **call_kwargs)
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
         torch.testing.assert_close(
-            actual, expected, rtol=rtol, atol=atol, equal_nan=allow_nonfinite,
-            msg=lambda text, label=label: f"compiled vs eager on {label}: {text}",
+            actual,
+            expected,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=allow_nonfinite,
+            msg=functools.partial(_mismatch_message, label),
         )
     return compiled

@@ -116,7 +116,13 @@ def debug_rerun(
     log = ""
     if "kernels" in stages:
         first = run_child(
-            config, nodeid, stage="kernels", env=kernels_env(extra_env), timeout=timeout, workdir=workdir, extra_args=args
+            config,
+            nodeid,
+            stage="kernels",
+            env=kernels_env(extra_env),
+            timeout=timeout,
+            workdir=workdir,
+            extra_args=args,
         )
         verdict.stages.append(first)
         log = first.log
@@ -132,7 +138,12 @@ def debug_rerun(
     reproduced = not verdict.stages or verdict.reproduced
     if "tensors" in stages and suspects and reproduced:
         second = run_child(
-            config, nodeid, stage="tensors", env=tensors_env(suspects, extra_env), timeout=timeout, workdir=workdir,
+            config,
+            nodeid,
+            stage="tensors",
+            env=tensors_env(suspects, extra_env),
+            timeout=timeout,
+            workdir=workdir,
             extra_args=args,
         )
         verdict.stages.append(second)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import sympy
 import torch
@@ -17,7 +17,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 
 from pytest_aoti.errors import AOTIInvariantError
 
-Dim = int | sympy.Expr
+Dim: TypeAlias = int | sympy.Expr
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,11 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
             )
         if value.dtype != expected.dtype:
             raise AOTIInvariantError(
-                "input_dtype", side="input", index=index, name=expected.name, expected=str(expected.dtype),
+                "input_dtype",
+                side="input",
+                index=index,
+                name=expected.name,
+                expected=str(expected.dtype),
                 actual=str(value.dtype),
             )
         tensors.append((index, expected, value))
@@ -162,7 +166,7 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
                     raise _shape_error(
                         index, expected, value, f"dim {axis} is {want}, already bound to {previous} by another input"
                     )
-    for index, expected, value in tensors:
+    for _, expected, value in tensors:
         for axis, want in enumerate(expected.shape):
             if isinstance(want, sympy.Expr) and not isinstance(want, sympy.Symbol):
                 _solve_for(want, int(value.shape[axis]), bound)
@@ -180,7 +184,10 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
                 current = expr.subs(bound)
                 if current.is_number and (int(current) < lo or (hi is not None and int(current) > hi)):
                     raise _shape_error(
-                        index, expected, value, f"dim {axis} is {want}, {expr}={current} outside {_range_text(expr, spec.ranges)}"
+                        index,
+                        expected,
+                        value,
+                        f"dim {axis} is {want}, {expr}={current} outside {_range_text(expr, spec.ranges)}",
                     )
     return bound
 
@@ -214,12 +221,20 @@ def check_outputs(
         name = None
         if not _same_device(value.device, device):
             raise AOTIInvariantError(
-                "output_device", side="output", index=index, name=name, expected=_fmt_device(device),
+                "output_device",
+                side="output",
+                index=index,
+                name=name,
+                expected=_fmt_device(device),
                 actual=_fmt_device(value.device),
             )
         if value.dtype != expected.dtype:
             raise AOTIInvariantError(
-                "output_dtype", side="output", index=index, name=name, expected=str(expected.dtype),
+                "output_dtype",
+                side="output",
+                index=index,
+                name=name,
+                expected=str(expected.dtype),
                 actual=str(value.dtype),
             )
         want_shape = tuple(d if isinstance(d, int) else d.subs(bound) for d in expected.shape)
@@ -230,7 +245,11 @@ def check_outputs(
         )
         if not shape_ok:
             raise AOTIInvariantError(
-                "output_shape", side="output", index=index, name=name, expected=_fmt_shape(want_shape),
+                "output_shape",
+                side="output",
+                index=index,
+                name=name,
+                expected=_fmt_shape(want_shape),
                 actual=_fmt_shape(tuple(value.shape)),
             )
         if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
@@ -258,4 +277,3 @@ def _check_finite(index: int, value: torch.Tensor) -> None:
         actual=f"{count} {'/'.join(kinds)} value(s) of {value.numel()}",
         detail=f"first at index {first}: {value[first].item()}",
     )
-

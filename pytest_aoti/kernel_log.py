@@ -144,4 +144,6 @@ def trim(log: str, *, head: int = 60, tail: int = 120) -> str:
     if len(lines) <= head + tail:
         return log
     skipped = len(lines) - head - tail
-    return "\n".join([*lines[:head], f"... {skipped} lines left out (full log in the file named above) ...", *lines[-tail:]])
+    return "\n".join(
+        [*lines[:head], f"... {skipped} lines left out (full log in the file named above) ...", *lines[-tail:]]
+    )

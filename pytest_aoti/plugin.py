@@ -99,7 +99,7 @@ class _ChildReporter:
         write_report(self.config, report, self.path)
 
 
-# ---------------------------------------------------------------------------------------------------------------- fixtures
+# fixtures
 
 
 def _session_cache(config: pytest.Config) -> PackageCache | None:
@@ -201,7 +201,9 @@ def aoti_compile(
 
 
 @pytest.fixture
-def aoti_check(request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path) -> Callable[..., CompiledModel]:
+def aoti_check(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
+) -> Callable[..., CompiledModel]:
     """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, ...)``: compile as
     ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
     from pytest_aoti.compiler import as_module, check_model
@@ -230,7 +232,7 @@ def aoti_check(request: pytest.FixtureRequest, aoti_device: torch.device, tmp_pa
     return check
 
 
-# ------------------------------------------------------------------------------------------------------ debug and isolation
+# debug reruns and isolation
 
 
 def _uses_aoti(item: pytest.Item) -> bool:
@@ -290,7 +292,9 @@ def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: Deb
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if in_child():
         return report
@@ -362,8 +366,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     request = _debug_requested(item, settings)
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     run = run_child(
-        item.config, item.nodeid, stage="isolate", env={}, timeout=timeout,
-        workdir=_log_dir(item.config, item.nodeid), extra_args=_child_args(settings),
+        item.config,
+        item.nodeid,
+        stage="isolate",
+        env={},
+        timeout=timeout,
+        workdir=_log_dir(item.config, item.nodeid),
+        extra_args=_child_args(settings),
     )
     properties: list[tuple[str, object]] = []
     for report in _isolated_reports(item, run, reason):

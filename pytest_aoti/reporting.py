@@ -87,7 +87,10 @@ def isolation_crash_text(run: ChildRun) -> str:
 
 def cache_summary(stats: list[dict[str, float]]) -> str:
     """One line over the cache statistics of this process and of every xdist worker."""
-    total = {key: sum(s.get(key, 0) for s in stats) for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt")}
+    total = {
+        key: sum(s.get(key, 0) for s in stats)
+        for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt")
+    }
     line = (
         f"aoti cache: {int(total['hits'])} hits, {int(total['misses'])} misses, "
         f"{total['compile_seconds']:.1f} s compiling, {total['saved_seconds']:.1f} s saved"

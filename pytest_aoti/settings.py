@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,7 +117,9 @@ def resolve(config: pytest.Config) -> Settings:
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
     )
     if (settings.debug or settings.isolate) and config.getoption("usepdb", False):
-        raise pytest.UsageError("--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with --pdb")
+        raise pytest.UsageError(
+            "--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with --pdb"
+        )
     return settings
 
 
@@ -137,12 +139,18 @@ def _aoti_signature(*, allow_nonfinite: bool = False) -> None: ...
 
 
 MARKERS = {
-    "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=('kernels', 'tensors')): when the test fails, "
-    "rerun it alone in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel",
-    "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only this test",
+    "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=('kernels', 'tensors')): when the test "
+    "fails, rerun it alone in a fresh interpreter under PyTorch's AOTI debugging environment and report "
+    "the suspect kernel",
+    "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
+    "this test",
     "aoti": "aoti(*, allow_nonfinite=False): per-test settings of the aoti fixtures",
 }
-_SIGNATURES = {"aoti_ima": _aoti_ima_signature, "aoti_isolate": _aoti_isolate_signature, "aoti": _aoti_signature}
+_SIGNATURES: dict[str, Callable[..., None]] = {
+    "aoti_ima": _aoti_ima_signature,
+    "aoti_isolate": _aoti_isolate_signature,
+    "aoti": _aoti_signature,
+}
 
 
 def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
@@ -190,5 +198,7 @@ def isolate_timeout(item: pytest.Item, settings: Settings) -> float:
     if timeout is None:
         return settings.rerun_timeout
     if not isinstance(timeout, int | float) or timeout <= 0:
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.aoti_isolate: timeout= expected seconds > 0, got {timeout!r}")
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.aoti_isolate: timeout= expected seconds > 0, got {timeout!r}"
+        )
     return float(timeout)

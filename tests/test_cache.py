@@ -54,7 +54,8 @@ def test_config_change_gives_a_new_key() -> None:
 
 
 @pytest.mark.parametrize(
-    "variable", ["AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", "TORCHINDUCTOR_NAN_ASSERTS", "AOTI_RUNTIME_CHECK_INPUTS"]
+    "variable",
+    ["AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", "TORCHINDUCTOR_NAN_ASSERTS", "AOTI_RUNTIME_CHECK_INPUTS"],
 )
 def test_debug_env_change_gives_a_new_key(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     ep = _export(_seeded())

@@ -41,8 +41,13 @@ def _assert_crash_verdict(text: str) -> None:
     assert "last phase: run" in text
     reproduce = re.search(r"^reproduce \(kernels\): (.*)$", text, re.MULTILINE)
     assert reproduce is not None
-    for part in ("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER=3", "CUDA_LAUNCH_BLOCKING=1", "AOTI_RUNTIME_CHECK_INPUTS=1",
-                 "TORCHINDUCTOR_NAN_ASSERTS=1", "-m pytest test_user.py::test_crash"):
+    for part in (
+        "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER=3",
+        "CUDA_LAUNCH_BLOCKING=1",
+        "AOTI_RUNTIME_CHECK_INPUTS=1",
+        "TORCHINDUCTOR_NAN_ASSERTS=1",
+        "-m pytest test_user.py::test_crash",
+    ):
         assert part in reproduce.group(1)
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in text
     assert "Fatal Python error: Segmentation fault" in text
@@ -55,10 +60,11 @@ def test_crash_under_xdist_gets_a_debug_rerun(pytester: pytest.Pytester, run_pyt
     text = result.stdout.str()
     assert "crashed while running 'test_user.py::test_crash'" in text
     _assert_crash_verdict(text)
-    result.stdout.fnmatch_lines(["*= aoti =*", f"test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"])
+    result.stdout.fnmatch_lines(
+        ["*= aoti =*", f"test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"]
+    )
     properties = {
-        prop.get("name"): prop.get("value")
-        for prop in ET.parse(pytester.path / "report.xml").iter("property")
+        prop.get("name"): prop.get("value") for prop in ET.parse(pytester.path / "report.xml").iter("property")
     }
     assert properties["aoti_signal"] == "SIGSEGV"
     assert properties["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
@@ -116,7 +122,9 @@ def test_nan_and_wrong_shape_without_isolation(pytester: pytest.Pytester, run_py
     assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
     assert re.search(r"first NaN/Inf: cpp_fused_\w*log\w* buf0 \(mean -?nan", text), text
     assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: input 0 ('x'): shape invariant violated" in text
-    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*", "test_user.py::test_wrong_shape: failed:*"])
+    result.stdout.fnmatch_lines(
+        ["*= aoti =*", "test_user.py::test_nan: failed:*", "test_user.py::test_wrong_shape: failed:*"]
+    )
 
 
 def test_failure_that_needs_an_earlier_test_does_not_reproduce(
@@ -166,7 +174,10 @@ def test_child_timeout_dumps_tracebacks(pytester: pytest.Pytester, run_pytest: R
     [
         ("aoti_ima(timeout='soon')", "@pytest.mark.aoti_ima: timeout= expected seconds greater than 0, got 'soon'"),
         ("aoti_ima(stagse=('kernels',))", "@pytest.mark.aoti_ima: got an unexpected keyword argument 'stagse'"),
-        ("aoti_ima(stages=('kernel',))", "@pytest.mark.aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors')"),
+        (
+            "aoti_ima(stages=('kernel',))",
+            "@pytest.mark.aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors')",
+        ),
         ("aoti_isolate(5)", "@pytest.mark.aoti_isolate: too many positional arguments"),
         ("aoti(allow_nan=True)", "@pytest.mark.aoti: got an unexpected keyword argument 'allow_nan'"),
     ],

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import RunPytest
 
-USER_TESTS = r'''
+USER_TESTS = r"""
 import pytest
 import torch
 from torch.export import Dim
@@ -113,7 +113,7 @@ def test_non_tensor_input(aoti_compile):
 
 def test_kwargs_and_function(aoti_check):
     aoti_check(lambda x, *, scale: x * scale.sigmoid(), (torch.randn(3, 3),), {"scale": torch.randn(3)})
-'''
+"""
 
 
 def _failure(result: pytest.RunResult, test: str) -> str:

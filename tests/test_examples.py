@@ -1,0 +1,26 @@
+"""The example conftests users copy: they must keep working as written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunPytest
+
+EXAMPLES = Path(__file__).parent.parent / "conftest_examples"
+
+
+def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    shutil.copytree(EXAMPLES, pytester.path, dirs_exist_ok=True)
+    result = run_pytest("-p", "no:logging", "-rs")
+    import torch
+
+    if torch.cuda.is_available():
+        result.assert_outcomes(passed=11)
+    else:
+        result.assert_outcomes(passed=8, skipped=3)
+        assert result.stdout.str().count("cuda_when_present/test_cuda.py") == 3
+        assert result.stdout.str().count(": no CUDA device on this machine") == 3
+    assert "aoti: device=auto, debug=on, isolate=off, rerun timeout=600s" in result.stdout.str()
