@@ -471,7 +471,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     verdicts = config.stash[verdicts_key]
     cache = config.stash.get(cache_key, None)
     stats = [*config.stash[worker_stats_key], *([cache.stats.as_dict()] if cache is not None else [])]
-    if not verdicts and not stats:
+    if not verdicts and not stats and poisoned_by_key not in config.stash:
         return
     terminalreporter.write_sep("=", "aoti")
     for nodeid, verdict in verdicts:
@@ -480,5 +480,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(f"    reproduce: {verdict.first.reproduce}")
     if stats:
         terminalreporter.write_line(cache_summary(stats))
+    poisoned_by = config.stash.get(poisoned_by_key, None)
+    if poisoned_by is not None:
+        terminalreporter.write_line(
+            f"CUDA context poisoned by {poisoned_by}: later CUDA tests of that process ran in fresh subprocesses"
+        )
     if log_dir_key in config.stash:
         terminalreporter.write_line(f"aoti child logs: {config.stash[log_dir_key]}")

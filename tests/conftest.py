@@ -17,8 +17,11 @@ def _plugin_args() -> list[str]:
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One package cache for the whole test session: identical models compile once."""
-    return tmp_path_factory.mktemp("aoti-cache")
+    """One package cache for all xdist workers of a run (beside their base temps): identical models compile once;
+    the cache's file lock makes concurrent workers wait for the first compile."""
+    cache = tmp_path_factory.getbasetemp().parent / "aoti-shared-cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    return cache
 
 
 RunPytest = Callable[..., pytest.RunResult]

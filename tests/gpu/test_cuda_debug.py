@@ -1,0 +1,180 @@
+"""Every debug path on a real CUDA GPU: a Triton kernel's illegal memory access, the poisoned context after it,
+a NaN made inside the model, a CPU input to a CUDA package, and a package that segfaults at load."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunPytest
+
+pytestmark = pytest.mark.gpu
+
+GPU_MODELS = '''
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+
+@triton.jit
+def gather_shift_kernel(x_ptr, shift_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    shift = tl.load(shift_ptr)
+    values = tl.load(x_ptr + offsets + shift, mask=mask)
+    tl.store(out_ptr + offsets, values, mask=mask)
+
+
+@triton_op("aoti_gpu_tests::gather_shift", mutates_args={})
+def gather_shift(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    wrap_triton(gather_shift_kernel)[(triton.cdiv(n, 128),)](x, shift, out, n, BLOCK=128)
+    return out
+
+
+class ShiftedGather(torch.nn.Module):
+    """Reads x at an offset taken from a tensor at run time: compiled with 0, run with 2**36 -> IMA."""
+
+    def forward(self, x, shift):
+        return gather_shift(x * 2, shift) + 1
+
+
+class LogModel(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(x) * 2 + 1
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def ima(aoti_compile, device):
+    x = torch.randn(1024, device=device)
+    compiled = aoti_compile(ShiftedGather(), (x, torch.zeros(1, dtype=torch.int64, device=device)))
+    out = compiled(x, torch.full((1,), 2**36, dtype=torch.int64, device=device))
+    torch.cuda.synchronize()
+    return out
+'''
+
+IMA_TESTS = """
+import pytest
+import torch
+from gpu_models import MLP, ima
+
+
+{marker}
+def test_ima(aoti_compile, aoti_device):
+    ima(aoti_compile, aoti_device)
+
+
+@pytest.mark.parametrize("batch", [8, 16])
+def test_after_ima(aoti_check, aoti_device, batch):
+    aoti_check(MLP(), (torch.randn(batch, 64),))
+
+
+def test_cpu_input_to_cuda_package(aoti_compile):
+    from pytest_aoti import AOTIInvariantError
+
+    compiled = aoti_compile(MLP(), (torch.randn(8, 64),))
+    with pytest.raises(AOTIInvariantError, match=r"device invariant violated: expected cuda:0, got cpu"):
+        compiled(torch.randn(8, 64))
+"""
+
+
+def _keep(name: str, result: pytest.RunResult) -> None:
+    """Save the run's output for docs/gpu-validation.md when AOTI_GPU_EVIDENCE_DIR is set."""
+    evidence = os.environ.get("AOTI_GPU_EVIDENCE_DIR")
+    if evidence:
+        Path(evidence, f"{name}.txt").write_text(result.stdout.str() + "\n--- stderr ---\n" + result.stderr.str())
+
+
+def _write(pytester: pytest.Pytester, tests: str) -> None:
+    pytester.makepyfile(gpu_models=GPU_MODELS, test_user=tests)
+
+
+def _assert_ima_verdict(text: str) -> None:
+    assert "suspect kernel: gather_shift_kernel_0 (launched, never finished)" in text
+    assert "in kernel gather_shift_kernel_0 (before_launch with no after_launch)" in text
+    assert "[ before_launch: gather_shift_kernel_0 ]" in text
+    assert "CUDA error: an illegal memory access was encountered" in text
+    assert "reproduce (kernels): cd " in text and "CUDA_LAUNCH_BLOCKING=1" in text
+
+
+def test_ima_marked_without_xdist_and_the_tests_after_it(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    _write(pytester, IMA_TESTS.format(marker="@pytest.mark.aoti_ima(stages=('kernels',))"))
+    result = run_pytest("-p", "no:logging", "-rA")
+    _keep("ima_marked_plain", result)
+    text = result.stdout.str()
+    result.assert_outcomes(passed=3, failed=1)
+    _assert_ima_verdict(text)
+    assert "the CUDA context of this process is unusable after this test" in text
+    assert "ran in a fresh subprocess: the CUDA context was poisoned by test_user.py::test_ima" in text
+
+
+def test_ima_under_aoti_debug_with_xdist(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    _write(pytester, IMA_TESTS.format(marker=""))
+    result = run_pytest("-p", "no:logging", "--aoti-debug", "-n", "4")
+    _keep("ima_debug_xdist", result)
+    result.assert_outcomes(passed=3, failed=1)
+    _assert_ima_verdict(result.stdout.str())
+    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_ima: crashed with SIG*gather_shift_kernel_0*"])
+
+
+def test_nan_made_inside_the_model(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    _write(
+        pytester,
+        """
+        import pytest
+        import torch
+        from gpu_models import LogModel
+
+        @pytest.mark.aoti_ima
+        def test_nan(aoti_compile, aoti_device):
+            compiled = aoti_compile(LogModel(), (torch.rand(64, 64) + 0.5,))
+            compiled(-torch.ones(64, 64, device=aoti_device))
+        """,
+    )
+    result = run_pytest("-p", "no:logging")
+    _keep("nan_inside", result)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "output 0: nonfinite invariant violated" in text
+    assert "At least one NaN in buf" in text or "At least one INF in buf" in text
+    result.stdout.re_match_lines([r"first NaN/Inf: triton_\w+ buf\d+ \(mean -?nan"])
+
+
+def test_segfault_at_load_names_the_libstdcxx_remedy(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "libstdc++" not in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("this scenario removes LD_PRELOAD=libstdc++.so.6, which this run does not set")
+    monkeypatch.delenv("LD_PRELOAD")
+    _write(
+        pytester,
+        """
+        import torch
+        from gpu_models import MLP
+
+        def test_load(aoti_check):
+            aoti_check(MLP(), (torch.randn(8, 64),))
+        """,
+    )
+    result = run_pytest("-p", "no:logging", "--aoti-isolate")
+    _keep("load_segfault", result)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*crashed with SIGSEGV in an isolated subprocess (pytest-aoti)*",
+            "*last phase: load*",
+            "*hint: the process crashed while loading the AOTI package*LD_PRELOAD=libstdc++.so.6*",
+        ]
+    )
