@@ -107,7 +107,8 @@ def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str | None]:
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1:]
-            return "failed", str(message).splitlines()[0] if message else None
+            first_line = str(message).splitlines()[0] if message else ""
+            return "failed", (first_line[:200] + "...") if len(first_line) > 200 else first_line or None
     if any(report.skipped for report in reports):
         return "skipped", None
     return ("passed", None) if reports else ("error", "the child reported no test (was it collected?)")

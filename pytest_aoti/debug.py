@@ -75,6 +75,8 @@ class Verdict:
             parts.append(f"last kernel completed: {self.last_completed}")
         if self.phase == "load":
             parts.append("while loading the package")
+        if self.nan_assert:
+            parts.append(f"NaN assert: {self.nan_assert}")
         if self.first_nonfinite is not None:
             parts.append(f"first NaN/Inf in {_where(self.first_nonfinite)}")
         return "; ".join(parts)

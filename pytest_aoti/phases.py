@@ -15,7 +15,8 @@ _PHASE_LINE = re.compile(r"^\[pytest-aoti\] phase: (?P<phase>\w+)(?: (?P<detail>
 
 def mark(phase: str, detail: str = "") -> None:
     if os.environ.get(CHILD_ENV):
-        os.write(2, f"{_PREFIX}{phase}{' ' + detail if detail else ''}\n".encode())
+        # Leading newline: the printer's last line may lack one, and the marker must start its own line.
+        os.write(2, f"\n{_PREFIX}{phase}{' ' + detail if detail else ''}\n".encode())
 
 
 def last_phase(log: str) -> str | None:

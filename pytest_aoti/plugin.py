@@ -27,13 +27,12 @@ if TYPE_CHECKING:
 
     from pytest_aoti.cache import PackageCache
     from pytest_aoti.compiler import CompiledModel
-    from pytest_aoti.debug import Verdict
 
 AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device"})
 
 settings_key = pytest.StashKey[Settings]()
 cache_key = pytest.StashKey["PackageCache | None"]()
-verdicts_key = pytest.StashKey[list[tuple[str, "Verdict"]]]()
+summary_key = pytest.StashKey["_SummaryCollector"]()
 log_dir_key = pytest.StashKey[Path]()
 armed_key = pytest.StashKey[dict[str, dict[str, Any]]]()
 poisoned_by_key = pytest.StashKey[str]()
@@ -54,7 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", signature_and_help)
     settings = aoti_settings.resolve(config)
     config.stash[settings_key] = settings
-    config.stash[verdicts_key] = []
+    config.stash[summary_key] = _SummaryCollector()
+    if not in_child():
+        config.pluginmanager.register(config.stash[summary_key], "aoti-summary")
     config.stash[armed_key] = {}
     config.stash[worker_stats_key] = []
     if settings.cache_clear and not in_child() and not hasattr(config, "workerinput"):
@@ -287,7 +288,11 @@ def _attach_debug(config: pytest.Config, report: pytest.TestReport, request: Deb
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
     report.user_properties = [*report.user_properties, *properties]
-    config.stash[verdicts_key].append((report.nodeid, verdict))
+    # A plain attribute survives pytest's report serialization, so an xdist controller can list it too.
+    report.aoti_verdict = {  # type: ignore[attr-defined]
+        "headline": verdict.headline(),
+        "reproduce": verdict.first.reproduce if verdict.stages else "",
+    }
     return properties
 
 
@@ -334,6 +339,7 @@ def _check_cuda_context(item: pytest.Item, report: pytest.TestReport) -> None:
         (torch.ones(1, device="cuda") + 1).cpu()
     except Exception as error:  # any error here means the context is unusable
         item.config.stash[poisoned_by_key] = item.nodeid
+        report.aoti_poisoned_cuda = True  # type: ignore[attr-defined]
         report.sections.append(
             (
                 "aoti cuda context",
@@ -458,6 +464,22 @@ class _XdistHooks:
             self.config.stash[worker_stats_key].append(stats)
 
 
+class _SummaryCollector:
+    """Collects verdicts and poisoned CUDA contexts for the terminal summary, from this process's reports or,
+    under xdist, from the workers' reports (the same hook sees them, deserialized, in the controller)."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[tuple[str, str, str]] = []
+        self.poisoned_by: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        verdict = getattr(report, "aoti_verdict", None)
+        if verdict:
+            self.verdicts.append((report.nodeid, verdict["headline"], verdict["reproduce"]))
+        if getattr(report, "aoti_poisoned_cuda", False):
+            self.poisoned_by.append(report.nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     cache = config.stash.get(cache_key, None)
@@ -468,22 +490,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     from pytest_aoti.reporting import cache_summary
 
-    verdicts = config.stash[verdicts_key]
+    collector = config.stash[summary_key]
     cache = config.stash.get(cache_key, None)
     stats = [*config.stash[worker_stats_key], *([cache.stats.as_dict()] if cache is not None else [])]
-    if not verdicts and not stats and poisoned_by_key not in config.stash:
+    if not collector.verdicts and not stats and not collector.poisoned_by:
         return
     terminalreporter.write_sep("=", "aoti")
-    for nodeid, verdict in verdicts:
-        terminalreporter.write_line(f"{nodeid}: {verdict.headline()}")
-        if verdict.stages:
-            terminalreporter.write_line(f"    reproduce: {verdict.first.reproduce}")
+    for nodeid, headline, reproduce in collector.verdicts:
+        terminalreporter.write_line(f"{nodeid}: {headline}")
+        if reproduce:
+            terminalreporter.write_line(f"    reproduce: {reproduce}")
+    for nodeid in collector.poisoned_by:
+        terminalreporter.write_line(
+            f"CUDA context poisoned by {nodeid}: later CUDA tests of that process ran in fresh subprocesses"
+        )
     if stats:
         terminalreporter.write_line(cache_summary(stats))
-    poisoned_by = config.stash.get(poisoned_by_key, None)
-    if poisoned_by is not None:
-        terminalreporter.write_line(
-            f"CUDA context poisoned by {poisoned_by}: later CUDA tests of that process ran in fresh subprocesses"
-        )
     if log_dir_key in config.stash:
         terminalreporter.write_line(f"aoti child logs: {config.stash[log_dir_key]}")
