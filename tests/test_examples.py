@@ -21,6 +21,5 @@ def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -
         result.assert_outcomes(passed=11)
     else:
         result.assert_outcomes(passed=8, skipped=3)
-        assert result.stdout.str().count("cuda_when_present/test_cuda.py") == 3
         assert result.stdout.str().count(": no CUDA device on this machine") == 3
     assert "aoti: device=auto, debug=on, isolate=off, rerun timeout=600s" in result.stdout.str()
