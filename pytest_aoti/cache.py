@@ -7,6 +7,7 @@ the C++ compiler. The key covers everything that changes the artifact; entries a
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import json
@@ -53,8 +54,10 @@ class CacheStats:
 
 def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
     digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.stride()}:{tensor.dtype}:{tensor.device}".encode())
-    if tensor.device.type != "meta":
-        digest.update(bytes(tensor.detach().cpu().contiguous().clone().untyped_storage()))
+    if tensor.device.type != "meta" and tensor.numel() > 0:
+        # Raw bytes of a contiguous CPU copy; bytes(untyped_storage) walks it element by element (slow).
+        flat = tensor.detach().cpu().contiguous()
+        digest.update(ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()))
 
 
 @functools.cache
