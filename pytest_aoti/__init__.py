@@ -13,15 +13,19 @@ from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantE
 if TYPE_CHECKING:
     from pytest_aoti.cache import PackageCache, package_key
     from pytest_aoti.compiler import CompiledModel, check_model, compile_model
+    from pytest_aoti.strategies import DrawnInputs, dynamic_inputs, input_shapes
 
 __all__ = [
     "AOTICompileError",
     "AOTIExportError",
     "AOTIInvariantError",
     "CompiledModel",
+    "DrawnInputs",
     "PackageCache",
     "check_model",
     "compile_model",
+    "dynamic_inputs",
+    "input_shapes",
     "package_key",
 ]
 
@@ -31,6 +35,9 @@ _LAZY = {
     "compile_model": "pytest_aoti.compiler",
     "PackageCache": "pytest_aoti.cache",
     "package_key": "pytest_aoti.cache",
+    "dynamic_inputs": "pytest_aoti.strategies",
+    "input_shapes": "pytest_aoti.strategies",
+    "DrawnInputs": "pytest_aoti.strategies",
 }
 
 

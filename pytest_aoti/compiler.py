@@ -103,6 +103,25 @@ def compile_device(args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.
     return torch.device("cpu")
 
 
+def cuda_context_problem() -> str | None:
+    """None when CUDA still works; else the error that says the context is unusable (e.g. after an IMA)."""
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).cpu()
+    except Exception as error:  # any error here means the context is gone
+        return str(error).splitlines()[0]
+    return None
+
+
+@dataclass(frozen=True)
+class PoisonedContext:
+    """The call that left the device unusable: its error, and the Hypothesis draw that made its inputs if any."""
+
+    draw: Any
+    error: BaseException
+    problem: str
+
+
 @dataclass
 class CompiledModel:
     """A loaded AOTI package that checks its invariants on every call.
@@ -118,6 +137,10 @@ class CompiledModel:
     runner: Any = field(repr=False)
     spec: ProgramSpec = field(repr=False)
     allow_nonfinite: bool = False
+    # Says what is wrong with the device after a failed call (a CUDA error is sticky), or None when it is healthy.
+    health_check: Callable[[], str | None] | None = field(default=None, repr=False)
+    poisoned: PoisonedContext | None = field(default=None, repr=False)
+    last_draw: Any = field(default=None, repr=False)  # set by pytest_aoti.strategies before each example
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
@@ -127,12 +150,20 @@ class CompiledModel:
         self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, allow_nonfinite: bool | None = None
     ) -> Any:
         __tracebackhide__ = True
+        if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
+            raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
         in_spec = self.exported_program.call_spec.in_spec
         ordered_kwargs = _reorder_kwargs(kwargs or {}, in_spec)
         flat_inputs = pytree.tree_leaves((tuple(args), ordered_kwargs))
         bound = check_inputs(self.spec, flat_inputs, self.device)
         phases.mark("run", str(self.package_path))
-        outputs = self.runner(*args, **(kwargs or {}))
+        try:
+            outputs = self.runner(*args, **(kwargs or {}))
+        except Exception as error:
+            problem = self.health_check() if self.health_check is not None else None
+            if problem is not None and self.poisoned is None:
+                self.poisoned = PoisonedContext(draw=self.last_draw, error=error, problem=problem)
+            raise
         phases.mark("ran", str(self.package_path))
         check_outputs(
             self.spec,
@@ -247,6 +278,7 @@ def compile_model(
         runner=runner,
         spec=program_spec(exported),
         allow_nonfinite=allow_nonfinite,
+        health_check=cuda_context_problem if device.type == "cuda" else None,
     )
 
 

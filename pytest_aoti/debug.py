@@ -50,7 +50,7 @@ class Verdict:
 
     @property
     def reproduced(self) -> bool:
-        return any(run.outcome != "passed" for run in self.stages)
+        return any(run.outcome not in ("passed", "skipped") for run in self.stages)
 
     @property
     def first(self) -> ChildRun:

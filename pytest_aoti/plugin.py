@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_aoti.cache import PackageCache
     from pytest_aoti.compiler import CompiledModel
 
-AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device"})
+AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
 settings_key = pytest.StashKey[Settings]()
 cache_key = pytest.StashKey["PackageCache | None"]()
@@ -65,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
     report_file = os.environ.get(REPORT_FILE_ENV)
     if in_child() and report_file:
         config.pluginmanager.register(_ChildReporter(config, report_file), "aoti-child-reporter")
+    if in_child():
+        _replay_hypothesis_failures_only()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "aoti-xdist")
 
@@ -78,6 +80,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("aoti_isolate") is not None:
             aoti_settings.isolate_timeout(item, settings)
         aoti_settings.marker_arguments(item, "aoti")
+
+
+def _replay_hypothesis_failures_only() -> None:
+    """In a debug child, Hypothesis replays the failing example from its database (the parent saved it, same cwd)
+    and searches no further, so the kernel log is about the failing shape."""
+    try:
+        from hypothesis import HealthCheck, Phase, settings
+    except ImportError:
+        return
+    settings.register_profile(
+        "pytest-aoti-child",
+        phases=[Phase.explicit, Phase.reuse],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    settings.load_profile("pytest-aoti-child")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -197,6 +215,32 @@ def aoti_compile(
         )
         compiled_models.append(compiled)
         return compiled
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def aoti_compile_shared(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., CompiledModel]:
+    """``aoti_compile`` for module-scoped fixtures: compile once, use in many tests or Hypothesis examples
+    (function-scoped fixtures and ``@given`` do not mix)."""
+    from pytest_aoti.compiler import as_module, compile_model
+
+    _seed()
+    package_dir = tmp_path_factory.mktemp("aoti-packages")
+    config = request.config
+
+    @_fail_on_build_error
+    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        return compile_model(
+            as_module(model).to(aoti_device),
+            _moved(args, aoti_device),
+            _moved(kwargs, aoti_device),
+            package_dir=package_dir,
+            cache=_session_cache(config),
+            **options,
+        )
 
     return build
 
@@ -334,16 +378,16 @@ def _check_cuda_context(item: pytest.Item, report: pytest.TestReport) -> None:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return
-    try:
-        torch.cuda.synchronize()
-        (torch.ones(1, device="cuda") + 1).cpu()
-    except Exception as error:  # any error here means the context is unusable
+    from pytest_aoti.compiler import cuda_context_problem
+
+    problem = cuda_context_problem()
+    if problem is not None:
         item.config.stash[poisoned_by_key] = item.nodeid
         report.aoti_poisoned_cuda = True  # type: ignore[attr-defined]
         report.sections.append(
             (
                 "aoti cuda context",
-                f"the CUDA context of this process is unusable after this test: {str(error).splitlines()[0]}\n"
+                f"the CUDA context of this process is unusable after this test: {problem}\n"
                 "later tests that use CUDA run in fresh subprocesses (pytest-aoti).",
             )
         )

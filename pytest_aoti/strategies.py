@@ -1,0 +1,172 @@
+"""Hypothesis strategies that draw inputs a compiled package accepts, dynamic dims ranging over their ``Dim`` bounds.
+
+Shapes are drawn from the exported program's symbols: boundaries first (min, max, 1, 2, powers of two and their
+neighbours), static dims fixed, shared symbols shared between inputs, derived dims (``2 * batch``) computed and kept
+inside their own ranges. Values come from a drawn seed, so an example is small to print and exact to replay. Import
+this module only where Hypothesis is wanted (``pytest_aoti.dynamic_inputs`` imports it lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+from hypothesis import reject
+from hypothesis import strategies as st
+
+from pytest_aoti.compiler import CompiledModel
+from pytest_aoti.invariants import ProgramSpec, TensorSpec
+
+FILLS = ("normal", "zeros", "large", "nan", "inf")
+DEFAULT_UNBOUNDED_SPAN = 64
+
+
+@dataclass(frozen=True)
+class InputDraw:
+    """What was drawn for one example: a shape per tensor input, a seed and how values are filled."""
+
+    shapes: tuple[tuple[int, ...] | None, ...]
+    seed: int
+    fill: str
+
+
+class DrawnInputs(tuple):
+    """The drawn positional inputs (call ``compiled(*drawn)``), printed by shape so a falsifying example reads well."""
+
+    draw: InputDraw
+
+    def __new__(cls, values: Sequence[Any], draw: InputDraw) -> DrawnInputs:
+        instance = super().__new__(cls, values)
+        instance.draw = draw
+        return instance
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(str(tuple(s)) if s is not None else "-" for s in self.draw.shapes)
+        return f"DrawnInputs(shapes=[{shapes}], seed={self.draw.seed}, fill={self.draw.fill!r})"
+
+
+def _candidates(low: int, high: int) -> list[int]:
+    """Boundary values first: min, max, 1, 2, then powers of two and their neighbours inside [low, high]."""
+    values = [low, high, 1, 2]
+    power = 4
+    while power <= high + 1:
+        values += [power - 1, power, power + 1]
+        power *= 2
+    return list(dict.fromkeys(v for v in values if low <= v <= high))
+
+
+def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int) -> tuple[int, int]:
+    low, high = spec.ranges.get(symbol, (0, None))
+    low = max(low, 0)
+    return low, (low + unbounded_span if high is None else high)
+
+
+def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int]) -> bool:
+    """Every dim expression (derived ones too) evaluates inside its own range."""
+    for tensor in spec.inputs:
+        if tensor is None:
+            continue
+        for dim in tensor.shape:
+            if isinstance(dim, int):
+                continue
+            value = dim.subs(values)
+            if not value.is_number or value < 0:
+                return False
+            low, high = spec.ranges.get(dim, (0, None))
+            if int(value) < low or (high is not None and int(value) > high):
+                return False
+    return True
+
+
+def input_shapes(
+    spec: ProgramSpec, *, unbounded_span: int = DEFAULT_UNBOUNDED_SPAN
+) -> st.SearchStrategy[tuple[tuple[int, ...] | None, ...]]:
+    """Shapes for the flat inputs of ``spec`` (``None`` for non-tensor inputs) that the package accepts."""
+    symbols = sorted(
+        {s for t in spec.inputs if t is not None for d in t.shape if not isinstance(d, int) for s in d.free_symbols},
+        key=str,
+    )
+    per_symbol = []
+    for symbol in symbols:
+        low, high = _root_bounds(spec, symbol, unbounded_span)
+        per_symbol.append(st.one_of(st.integers(low, high), st.sampled_from(_candidates(low, high))))
+
+    def shapes_for(values: tuple[int, ...]) -> tuple[tuple[int, ...] | None, ...]:
+        bound = dict(zip(symbols, values, strict=True))
+        if not _consistent(spec, bound):
+            reject()
+        return tuple(_shape(tensor, bound) for tensor in spec.inputs)
+
+    return st.tuples(*per_symbol).map(shapes_for)
+
+
+def _shape(tensor: TensorSpec | None, bound: dict[sympy.Symbol, int]) -> tuple[int, ...] | None:
+    if tensor is None:
+        return None
+    return tuple(d if isinstance(d, int) else int(d.subs(bound)) for d in tensor.shape)
+
+
+def _materialize(spec: ProgramSpec, draw: InputDraw, device: torch.device) -> list[Any]:
+    generator = torch.Generator().manual_seed(draw.seed)
+    values: list[Any] = []
+    for tensor, shape in zip(spec.inputs, draw.shapes, strict=True):
+        if tensor is None or shape is None:
+            continue
+        values.append(_fill(tensor.dtype, shape, draw.fill, generator).to(device))
+    return values
+
+
+def _fill(dtype: torch.dtype, shape: tuple[int, ...], fill: str, generator: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return torch.randint(-8, 8, shape, generator=generator).to(dtype)
+    if fill == "zeros":
+        return torch.zeros(shape, dtype=dtype)
+    values = torch.randn(shape, generator=generator)
+    if fill == "large":
+        values = values * 1e4
+    if fill in ("nan", "inf") and values.numel() > 0:
+        position = int(torch.randint(0, values.numel(), (1,), generator=generator))
+        values.view(-1)[position] = float("nan") if fill == "nan" else float("inf")
+    return values.to(dtype)
+
+
+def dynamic_inputs(
+    compiled: CompiledModel,
+    *,
+    fills: Sequence[str] = ("normal",),
+    unbounded_span: int = DEFAULT_UNBOUNDED_SPAN,
+) -> st.SearchStrategy[DrawnInputs]:
+    """Positional inputs for ``compiled`` over its dynamic-shape ranges, on its device, in its dtypes.
+
+    ``fills`` picks how float values are made: ``normal`` (finite, the default), ``zeros``, ``large`` (|x| ~ 1e4),
+    ``nan``/``inf`` (one injected value, for NaN-handling tests). Unbounded dims range over ``min + unbounded_span``.
+
+    After a call leaves the device unusable (``compiled.poisoned``), later examples are rejected instead of
+    failing with the inherited error, so Hypothesis cannot shrink toward examples that only failed because of it;
+    the original example replays its original error.
+    """
+    unknown = [f for f in fills if f not in FILLS]
+    if unknown or not fills:
+        raise ValueError(f"dynamic_inputs: fills= expected a non-empty subset of {FILLS}, got {tuple(fills)!r}")
+    spec = compiled.spec
+
+    # Hypothesis prints a falsifying draw as this call: inputs_with_shapes(((13, 4),), seed, fill).
+    def inputs_with_shapes(shapes: tuple[tuple[int, ...] | None, ...], seed: int, fill: str) -> DrawnInputs:
+        draw = InputDraw(shapes, seed, fill)
+        poisoned = compiled.poisoned
+        if poisoned is not None and poisoned.draw != draw:
+            reject()
+        compiled.last_draw = draw
+        if poisoned is not None:
+            # Replaying the example that poisoned the device: no device work; the call re-raises its error.
+            return DrawnInputs(_materialize(spec, draw, torch.device("meta")), draw)
+        return DrawnInputs(_materialize(spec, draw, compiled.device), draw)
+
+    return st.builds(
+        inputs_with_shapes, input_shapes(spec, unbounded_span=unbounded_span), st.integers(0, 2**16), st.sampled_from(list(fills))
+    )
