@@ -167,6 +167,5 @@ def dynamic_inputs(
             return DrawnInputs(_materialize(spec, draw, torch.device("meta")), draw)
         return DrawnInputs(_materialize(spec, draw, compiled.device), draw)
 
-    return st.builds(
-        inputs_with_shapes, input_shapes(spec, unbounded_span=unbounded_span), st.integers(0, 2**16), st.sampled_from(list(fills))
-    )
+    shapes = input_shapes(spec, unbounded_span=unbounded_span)
+    return st.builds(inputs_with_shapes, shapes, st.integers(0, 2**16), st.sampled_from(list(fills)))

@@ -18,8 +18,8 @@ def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -
     import torch
 
     if torch.cuda.is_available():
-        result.assert_outcomes(passed=11)
+        result.assert_outcomes(passed=12)
     else:
-        result.assert_outcomes(passed=8, skipped=3)
+        result.assert_outcomes(passed=9, skipped=3)
         assert result.stdout.str().count(": no CUDA device on this machine") == 3
     assert "aoti: device=auto, debug=on, isolate=off, rerun timeout=600s" in result.stdout.str()
