@@ -4,6 +4,7 @@ a NaN made inside the model, a CPU input to a CUDA package, and a package that s
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,43 @@ def test_segfault_at_load_names_the_libstdcxx_remedy(
             "*hint: the process crashed while loading the AOTI package*LD_PRELOAD=libstdc++.so.6*",
         ]
     )
+
+
+def test_hypothesis_stops_shrinking_on_a_poisoned_context(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    _write(
+        pytester,
+        """
+        import pytest
+        import torch
+        from hypothesis import given, settings, strategies as st
+        from torch.export import Dim
+
+        from gpu_models import ShiftedGather
+        from pytest_aoti import dynamic_inputs
+
+
+        @pytest.fixture(scope="module")
+        def gather(aoti_compile_shared, aoti_device):
+            n = Dim("n", min=128, max=4096)
+            x = torch.randn(1024)
+            shift = torch.zeros(1, dtype=torch.int64)
+            return aoti_compile_shared(ShiftedGather(), (x, shift), dynamic_shapes={"x": {0: n}, "shift": None})
+
+
+        @settings(max_examples=60, deadline=None, database=None)
+        @given(data=st.data())
+        def test_gather(gather, data):
+            x, _ = data.draw(dynamic_inputs(gather))
+            # Out of bounds only for long inputs: every later CUDA call fails with the inherited error.
+            shift = torch.full((1,), 2**36 if x.shape[0] > 600 else 0, dtype=torch.int64, device=x.device)
+            gather(x, shift)
+            torch.cuda.synchronize()
+        """,
+    )
+    result = run_pytest("-p", "no:logging")
+    _keep("hypothesis_poisoned", result)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    match = re.search(r"Draw 1: inputs_with_shapes\(\s*(?:E\s+)?\(\((\d+),\), \(1,\)\)", text)
+    assert match is not None, text[-5000:]
+    assert int(match.group(1)) > 600, "Hypothesis shrank toward an example that only failed because of the poison"
