@@ -159,20 +159,28 @@ class CompiledModel:
         phases.mark("run", str(self.package_path))
         try:
             outputs = self.runner(*args, **(kwargs or {}))
+            if self.device.type == "cuda":
+                # Kernel errors are asynchronous: make them surface here, in the call that caused them.
+                torch.cuda.synchronize(self.device)
+            phases.mark("ran", str(self.package_path))
+            check_outputs(
+                self.spec,
+                pytree.tree_leaves(outputs),
+                self.device,
+                bound,
+                allow_nonfinite=self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite,
+            )
         except Exception as error:
-            problem = self.health_check() if self.health_check is not None else None
-            if problem is not None and self.poisoned is None:
-                self.poisoned = PoisonedContext(draw=self.last_draw, error=error, problem=problem)
+            self._note_poisoned(error)
             raise
-        phases.mark("ran", str(self.package_path))
-        check_outputs(
-            self.spec,
-            pytree.tree_leaves(outputs),
-            self.device,
-            bound,
-            allow_nonfinite=self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite,
-        )
         return outputs
+
+    def _note_poisoned(self, error: BaseException) -> None:
+        if self.poisoned is not None or self.health_check is None or isinstance(error, AOTIInvariantError):
+            return
+        problem = self.health_check()
+        if problem is not None:
+            self.poisoned = PoisonedContext(draw=self.last_draw, error=error, problem=problem)
 
     @property
     def metadata(self) -> dict[str, str]:
