@@ -23,7 +23,7 @@ def section_text(verdict: Verdict) -> str:
     elif verdict.last_completed:
         lines.append(f"last completed kernel: {verdict.last_completed}")
     if verdict.suspects:
-        lines.append(f"kernels printed in the tensors stage: {', '.join(verdict.suspects)}")
+        lines.append(f"suspects (printed by the tensors stage): {', '.join(verdict.suspects)}")
     if verdict.first_nonfinite is not None:
         stats = verdict.first_nonfinite
         lines.append(
