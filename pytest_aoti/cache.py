@@ -62,9 +62,8 @@ def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
 
 @functools.cache
 def _compiler_identity() -> str:
-    from torch._inductor.cpp_builder import get_cpp_compiler
-
-    compiler = get_cpp_compiler()
+    # Inductor's default choice (CXX, else the platform compiler), without importing Inductor on a cache hit.
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
