@@ -226,9 +226,7 @@ def load_package(path: Path, device: torch.device) -> Any:
     try:
         # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
         # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
-        runner = AOTICompiledModel(
-            torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
-        )
+        runner = AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index))
     except RuntimeError:
         try:
             runner = torch._inductor.aoti_load_package(str(path), device_index=device_index)

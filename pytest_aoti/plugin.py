@@ -188,6 +188,39 @@ def _moved(value: Any, device: torch.device) -> Any:
     return pytree.tree_map(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, value)
 
 
+def _builder(
+    core: Callable[..., CompiledModel],
+    config: pytest.Config,
+    device: torch.device,
+    package_dir: Path,
+    *,
+    record: list[CompiledModel] | None = None,
+    allow_nonfinite: bool = False,
+) -> Callable[..., CompiledModel]:
+    """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
+    input moved to ``device``, the session's cache, and build failures turned into test failures."""
+    from pytest_aoti.compiler import as_module
+
+    @_fail_on_build_error
+    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        if "more_inputs" in options:
+            options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
+        options.setdefault("allow_nonfinite", allow_nonfinite)
+        compiled = core(
+            as_module(model).to(device),
+            _moved(args, device),
+            _moved(kwargs, device),
+            package_dir=package_dir,
+            cache=_session_cache(config),
+            **options,
+        )
+        if record is not None:
+            record.append(compiled)
+        return compiled
+
+    return build
+
+
 @pytest.fixture
 def aoti_compile(
     request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
@@ -195,28 +228,17 @@ def aoti_compile(
     """``aoti_compile(model, args, kwargs=None, *, dynamic_shapes=None, inductor_configs=None, strict=False)``:
     move the model and inputs to ``aoti_device``, export, compile (or take from the cache), load; the result checks
     its invariants on every call."""
-    from pytest_aoti.compiler import as_module, compile_model
+    from pytest_aoti.compiler import compile_model
 
     _seed()
-    config = request.config
-    compiled_models = request.node.stash.setdefault(compiled_key, [])
-
-    @_fail_on_build_error
-    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
-        module = as_module(model).to(aoti_device)
-        compiled = compile_model(
-            module,
-            _moved(args, aoti_device),
-            _moved(kwargs, aoti_device),
-            package_dir=tmp_path / "aoti-packages",
-            cache=_session_cache(config),
-            allow_nonfinite=_allow_nonfinite(request.node),
-            **options,
-        )
-        compiled_models.append(compiled)
-        return compiled
-
-    return build
+    return _builder(
+        compile_model,
+        request.config,
+        aoti_device,
+        tmp_path / "aoti-packages",
+        record=request.node.stash.setdefault(compiled_key, []),
+        allow_nonfinite=_allow_nonfinite(request.node),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -225,24 +247,10 @@ def aoti_compile_shared(
 ) -> Callable[..., CompiledModel]:
     """``aoti_compile`` for module-scoped fixtures: compile once, use in many tests or Hypothesis examples
     (function-scoped fixtures and ``@given`` do not mix)."""
-    from pytest_aoti.compiler import as_module, compile_model
+    from pytest_aoti.compiler import compile_model
 
     _seed()
-    package_dir = tmp_path_factory.mktemp("aoti-packages")
-    config = request.config
-
-    @_fail_on_build_error
-    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
-        return compile_model(
-            as_module(model).to(aoti_device),
-            _moved(args, aoti_device),
-            _moved(kwargs, aoti_device),
-            package_dir=package_dir,
-            cache=_session_cache(config),
-            **options,
-        )
-
-    return build
+    return _builder(compile_model, request.config, aoti_device, tmp_path_factory.mktemp("aoti-packages"))
 
 
 @pytest.fixture
@@ -251,30 +259,17 @@ def aoti_check(
 ) -> Callable[..., CompiledModel]:
     """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, ...)``: compile as
     ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
-    from pytest_aoti.compiler import as_module, check_model
+    from pytest_aoti.compiler import check_model
 
     _seed()
-    config = request.config
-    compiled_models = request.node.stash.setdefault(compiled_key, [])
-
-    @_fail_on_build_error
-    def check(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
-        module = as_module(model).to(aoti_device)
-        if "more_inputs" in options:
-            options["more_inputs"] = [_moved(extra, aoti_device) for extra in options["more_inputs"]]
-        compiled = check_model(
-            module,
-            _moved(args, aoti_device),
-            _moved(kwargs, aoti_device),
-            package_dir=tmp_path / "aoti-packages",
-            cache=_session_cache(config),
-            allow_nonfinite=options.pop("allow_nonfinite", _allow_nonfinite(request.node)),
-            **options,
-        )
-        compiled_models.append(compiled)
-        return compiled
-
-    return check
+    return _builder(
+        check_model,
+        request.config,
+        aoti_device,
+        tmp_path / "aoti-packages",
+        record=request.node.stash.setdefault(compiled_key, []),
+        allow_nonfinite=_allow_nonfinite(request.node),
+    )
 
 
 # debug reruns and isolation

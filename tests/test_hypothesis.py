@@ -109,8 +109,8 @@ def test_dynamic_shapes_with_hypothesis(pytester: pytest.Pytester, run_pytest: R
     # Found, shrunk to the threshold, reported with that shape.
     assert _falsifying_batch(text, "test_planted_bug") == 13
     # The debug rerun replayed the failing example from the database instead of searching again.
-    section = text[text.index("_ test_planted_bug _"):]
-    kernels_log = section[section.index("--- log of stage kernels"):]
+    section = text[text.index("_ test_planted_bug _") :]
+    kernels_log = section[section.index("--- log of stage kernels") :]
     assert re.search(r"inputs_with_shapes\(\s*\(\(13, 4\),\)", kernels_log), kernels_log[:3000]
 
     # A poisoned device: with the health check the original failing example (batch > 12) is reported, not a
