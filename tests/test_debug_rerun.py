@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +80,12 @@ def test_crash_with_isolate_flag_fails_only_that_test(pytester: pytest.Pytester,
     assert "crashed with SIGSEGV in an isolated subprocess (pytest-aoti)" in text
     assert "ran in a fresh subprocess: --aoti-isolate" in text
     _assert_crash_verdict(text)
+    # The killed children's TMPDIRs, with the aotinductor_* dirs their loader extracted, are gone.
+    log_dirs = {Path(p).parent for p in re.findall(r"^full log(?: \(\w+\))?: (\S+)$", text, re.MULTILINE)}
+    assert len(log_dirs) == 2
+    for log_dir in log_dirs:
+        assert not list(log_dir.glob("tmp-*")), list(log_dir.iterdir())
+        assert not list(log_dir.rglob("aotinductor_*"))
 
 
 def test_abort_under_isolate_marker_without_debug(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
