@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.child import REPORT_FILE_ENV, ChildRun, run_child, write_report
+from pytest_aoti.child import REPORT_FILE_ENV, run_child, write_report
 from pytest_aoti.errors import AOTICompileError, AOTIExportError
 from pytest_aoti.phases import CHILD_ENV
 from pytest_aoti.settings import DebugRequest, Settings
@@ -420,7 +420,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         extra_args=_child_args(settings),
     )
     properties: list[tuple[str, object]] = []
-    for report in _isolated_reports(item, run, reason):
+    from pytest_aoti.reporting import isolated_reports
+
+    for report in isolated_reports(item, run, reason):
         if report.failed and report.when in ("setup", "call") and request is not None:
             properties = _attach_debug(item.config, report, request)
         if report.when == "teardown":
@@ -428,39 +430,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
-
-
-def _isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
-    """The child's reports, completed with a failed report for the phase it died in (crash or timeout)."""
-    from pytest_aoti.reporting import isolation_crash_text
-
-    reports = list(run.reports)
-    for report in reports:
-        report.sections.append(("aoti isolation", f"ran in a fresh subprocess: {reason}"))
-    if run.outcome in ("crashed", "timed out", "error") and not any(r.failed for r in reports):
-        phases_done = [r.when for r in reports]
-        when = "setup" if not phases_done else ("call" if phases_done[-1] == "setup" else "teardown")
-        reports = [r for r in reports if r.when != "teardown"]
-        if not phases_done:
-            reports.append(_report(item, "setup", "passed", None, reason))
-            when = "call"
-        reports.append(_report(item, when, "failed", isolation_crash_text(run), reason))
-        if when != "teardown":
-            reports.append(_report(item, "teardown", "passed", None, reason))
-    return reports
-
-
-def _report(item: pytest.Item, when: str, outcome: str, longrepr: str | None, reason: str) -> pytest.TestReport:
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords={name: 1 for name in item.keywords},
-        outcome=outcome,  # type: ignore[arg-type]
-        longrepr=longrepr,
-        when=when,  # type: ignore[arg-type]
-        sections=[("aoti isolation", f"ran in a fresh subprocess: {reason}")],
-        user_properties=list(item.user_properties),
-    )
 
 
 class _XdistHooks:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, LOAD_SEGFAULT_HINT, PRINTER_ENV, Verdict
@@ -98,3 +100,36 @@ def cache_summary(stats: list[dict[str, float]]) -> str:
     if total["corrupt"]:
         line += f", {int(total['corrupt'])} corrupt entries recompiled"
     return line
+
+
+def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
+    """The child's reports, completed with a failed report for the phase it died in (crash or timeout)."""
+    reports = list(run.reports)
+    for report in reports:
+        report.sections.append(("aoti isolation", f"ran in a fresh subprocess: {reason}"))
+    if run.outcome in ("crashed", "timed out", "error") and not any(r.failed for r in reports):
+        phases_done = [r.when for r in reports]
+        when = "setup" if not phases_done else ("call" if phases_done[-1] == "setup" else "teardown")
+        reports = [r for r in reports if r.when != "teardown"]
+        if not phases_done:
+            reports.append(_synthetic_report(item, "setup", "passed", None, reason))
+            when = "call"
+        reports.append(_synthetic_report(item, when, "failed", isolation_crash_text(run), reason))
+        if when != "teardown":
+            reports.append(_synthetic_report(item, "teardown", "passed", None, reason))
+    return reports
+
+
+def _synthetic_report(
+    item: pytest.Item, when: str, outcome: str, longrepr: str | None, reason: str
+) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={name: 1 for name in item.keywords},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr=longrepr,
+        when=when,  # type: ignore[arg-type]
+        sections=[("aoti isolation", f"ran in a fresh subprocess: {reason}")],
+        user_properties=list(item.user_properties),
+    )

@@ -1,0 +1,59 @@
+"""The kernel-log parser over real logs: the reports recorded on an H100 (docs/gpu-evidence), whose sections hold
+the debug children's raw printer output. Plain functions, no pytest plugin involved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_aoti import kernel_log
+from pytest_aoti.phases import last_phase
+
+EVIDENCE = Path(__file__).parent.parent / "docs" / "gpu-evidence"
+
+
+def _kernels_stage_log(report: str) -> str:
+    text = (EVIDENCE / report).read_text()
+    start = text.index("--- log of stage kernels (trimmed) ---")
+    end = text.find("--- log of stage tensors", start)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_illegal_memory_access_names_the_kernel_that_never_finished() -> None:
+    log = _kernels_stage_log("ima_marked_plain.txt")
+    assert kernel_log.died_in(log) == "gather_shift_kernel_0"
+    assert kernel_log.last_completed(log) == "triton_poi_fused_mul_0"
+    assert kernel_log.suspect_kernels(log) == ("gather_shift_kernel_0", "triton_poi_fused_mul_0")
+    assert kernel_log.cuda_error(log) == "CUDA error: an illegal memory access was encountered"
+    assert last_phase(log) == "run"
+
+
+def test_nan_run_names_the_first_kernel_whose_output_holds_nan() -> None:
+    text = (EVIDENCE / "nan_inside.txt").read_text()
+    tensors_log = text[text.index("--- log of stage tensors (trimmed) ---") :]
+    first = kernel_log.first_nonfinite(kernel_log.tensor_stats(tensors_log))
+    assert first is not None
+    assert (first.when, first.kernel, first.arg, first.mean) == ("after", "triton_poi_fused_add_log_mul_0", "buf0", "nan")
+    assert kernel_log.nan_assert(_kernels_stage_log("nan_inside.txt")) == "At least one NaN in buf0"
+    assert kernel_log.died_in(_kernels_stage_log("nan_inside.txt")) is None
+
+
+def test_model_inputs_are_stats_but_not_kernel_outputs() -> None:
+    text = (EVIDENCE / "nan_inside.txt").read_text()
+    stats = kernel_log.tensor_stats(text[text.index("--- log of stage tensors (trimmed) ---") :])
+    inputs = [block for block in stats if block.kernel is None]
+    assert inputs and all(block.when == "input" for block in inputs)
+    assert not any(block.nonfinite for block in inputs)  # the input (-1s) is finite; the NaN is made inside
+
+
+def test_trim_keeps_head_and_tail_and_says_what_it_left_out() -> None:
+    log = "\n".join(f"line {n}" for n in range(1000))
+    trimmed = kernel_log.trim(log, head=3, tail=2)
+    assert trimmed.splitlines() == [
+        "line 0",
+        "line 1",
+        "line 2",
+        "... 995 lines left out (full log in the file named above) ...",
+        "line 998",
+        "line 999",
+    ]
+    assert kernel_log.trim("short") == "short"
