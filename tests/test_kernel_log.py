@@ -32,7 +32,12 @@ def test_nan_run_names_the_first_kernel_whose_output_holds_nan() -> None:
     tensors_log = text[text.index("--- log of stage tensors (trimmed) ---") :]
     first = kernel_log.first_nonfinite(kernel_log.tensor_stats(tensors_log))
     assert first is not None
-    assert (first.when, first.kernel, first.arg, first.mean) == ("after", "triton_poi_fused_add_log_mul_0", "buf0", "nan")
+    assert (first.when, first.kernel, first.arg, first.mean) == (
+        "after",
+        "triton_poi_fused_add_log_mul_0",
+        "buf0",
+        "nan",
+    )
     assert kernel_log.nan_assert(_kernels_stage_log("nan_inside.txt")) == "At least one NaN in buf0"
     assert kernel_log.died_in(_kernels_stage_log("nan_inside.txt")) is None
 
