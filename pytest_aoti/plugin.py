@@ -221,6 +221,22 @@ def _builder(
     return build
 
 
+def _per_test_builder(
+    core: Callable[..., CompiledModel], request: pytest.FixtureRequest, device: torch.device, tmp_path: Path
+) -> Callable[..., CompiledModel]:
+    """A builder for one test: packages in its tmp dir, compiled models recorded for its report, its ``aoti``
+    marker's ``allow_nonfinite``."""
+    _seed()
+    return _builder(
+        core,
+        request.config,
+        device,
+        tmp_path / "aoti-packages",
+        record=request.node.stash.setdefault(compiled_key, []),
+        allow_nonfinite=_allow_nonfinite(request.node),
+    )
+
+
 @pytest.fixture
 def aoti_compile(
     request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
@@ -230,15 +246,7 @@ def aoti_compile(
     its invariants on every call."""
     from pytest_aoti.compiler import compile_model
 
-    _seed()
-    return _builder(
-        compile_model,
-        request.config,
-        aoti_device,
-        tmp_path / "aoti-packages",
-        record=request.node.stash.setdefault(compiled_key, []),
-        allow_nonfinite=_allow_nonfinite(request.node),
-    )
+    return _per_test_builder(compile_model, request, aoti_device, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -261,15 +269,7 @@ def aoti_check(
     ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
     from pytest_aoti.compiler import check_model
 
-    _seed()
-    return _builder(
-        check_model,
-        request.config,
-        aoti_device,
-        tmp_path / "aoti-packages",
-        record=request.node.stash.setdefault(compiled_key, []),
-        allow_nonfinite=_allow_nonfinite(request.node),
-    )
+    return _per_test_builder(check_model, request, aoti_device, tmp_path)
 
 
 # debug reruns and isolation
