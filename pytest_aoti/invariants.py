@@ -76,10 +76,6 @@ def _fmt_shape(shape: Sequence[Dim]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _fmt_device(device: torch.device) -> str:
-    return str(device)
-
-
 def _same_device(actual: torch.device, expected: torch.device) -> bool:
     if actual.type != expected.type:
         return False
@@ -139,8 +135,8 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
                 side="input",
                 index=index,
                 name=expected.name,
-                expected=_fmt_device(device),
-                actual=_fmt_device(value.device),
+                expected=str(device),
+                actual=str(value.device),
             )
         if value.dtype != expected.dtype:
             raise AOTIInvariantError(
@@ -225,8 +221,8 @@ def check_outputs(
                 side="output",
                 index=index,
                 name=name,
-                expected=_fmt_device(device),
-                actual=_fmt_device(value.device),
+                expected=str(device),
+                actual=str(value.device),
             )
         if value.dtype != expected.dtype:
             raise AOTIInvariantError(
