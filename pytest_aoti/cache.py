@@ -1,8 +1,10 @@
-"""A content-addressed cache of compiled ``.pt2`` packages, shared by tests, runs and xdist workers.
+"""A content-addressed cache of compiled ``.pt2`` packages, shared by tests, runs, checkouts and xdist workers.
 
 AOTInductor has no whole-artifact cache (the FX graph cache is off in AOT mode), so every compile re-runs codegen and
-the C++ compiler. The key covers everything that changes the artifact; entries are written atomically, checksummed
-(loading a package dlopens native code: a corrupt one must never load) and evicted least-recently-used.
+the C++ compiler. The key covers what changes the artifact and nothing about where the code lives (see
+:func:`package_key`); entries are written atomically, checksummed (loading a package dlopens native code: a corrupt
+one must never load) and evicted least-recently-used. The cache deletes only what it wrote, in a directory it marked
+as its own: a user's directory given by mistake is refused, never emptied.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -34,6 +37,11 @@ _CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_"
 _CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
 # Where caches live changes no artifact (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself on first use).
 _NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# Written into a cache dir when pytest-aoti creates (or adopts) it: clearing and eviction happen only where it is.
+MARKER_FILE = ".pytest-aoti-cache"
+_MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
+_ENTRY_DIR = re.compile(r"^[0-9a-f]{2}$")
+_ENTRY_FILE = re.compile(r"^[0-9a-f]{64}\.(pt2|json|lock)$|^\.partial-")
 
 
 class AOTICacheWarning(UserWarning):
@@ -88,29 +96,84 @@ def codegen_environment(environ: dict[str, str] | os._Environ[str] = os.environ)
     }
 
 
+def _value_text(value: Any) -> str:
+    """Shape, strides, dtype and device of a node's value, the parts of its metadata codegen reads."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return repr(value) if isinstance(value, int | float | bool | type(None)) else type(value).__name__
+
+
+def graph_text(ep: ExportedProgram) -> str:
+    """The exported graph as text without any source location: each node's op, target, arguments and value
+    metadata. (``print_readable`` embeds ``# File: /abs/path.py:LINE`` comments, which would tie the key to where
+    the code and torch are installed and to line numbers.)"""
+    return "\n".join(f"{node.format_node()} :: {_value_text(node.meta.get('val'))}" for node in ep.graph.nodes)
+
+
+def _triton_kernel_text(kernel: Any) -> str:
+    """A user Triton kernel's identity: Triton's own cache key (a hash of the source and of every jit function it
+    calls) and, for an autotuned kernel, its configs."""
+    parts = []
+    while not hasattr(kernel, "src") and hasattr(kernel, "fn"):  # Autotuner / Heuristics wrap the JITFunction
+        parts.append(repr(getattr(kernel, "configs", "")))
+        kernel = kernel.fn
+    parts.append(str(getattr(kernel, "cache_key", None) or getattr(kernel, "src", None) or repr(kernel)))
+    return "\n".join(parts)
+
+
+def triton_kernels_text(ep: ExportedProgram) -> str:
+    """The sources of the user Triton kernels (``triton_op`` + ``wrap_triton``) the graph calls. The graph names
+    them only by an index into a side table, so without this an edited kernel would keep its key."""
+    texts = []
+    for node in ep.graph.nodes:
+        if "triton_kernel_wrapper" not in str(node.target):
+            continue
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+        kernel_idx = node.kwargs.get("kernel_idx")
+        constant_idx = node.kwargs.get("constant_args_idx")
+        texts.append(_triton_kernel_text(kernel_side_table.get_kernel(kernel_idx)))
+        if constant_idx is not None:
+            texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
+    return "\n".join(texts)
+
+
+def inductor_config_text() -> str:
+    """Inductor's config as codegen sees it, Inductor's own portable snapshot (what its FX graph cache keys on,
+    without settings that change no artifact): catches ``torch._inductor.config.x = ...`` and ``config.patch``."""
+    import torch._inductor.config as inductor_config  # torch.export has imported it already
+
+    return repr(sorted((k, repr(v)) for k, v in inductor_config.save_config_portable().items()))
+
+
 def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
-    """A stable sha256 over everything that changes the compiled artifact (see the module docstring)."""
+    """A stable sha256 over everything that changes the compiled artifact: torch version, the graph's structure
+    (ops, arguments, shapes, strides, dtypes, devices; no source locations), signature, input/output specs, dynamic
+    ranges, example-input metadata, weights' and constants' bytes, user Triton kernels' sources, ``inductor_configs``,
+    Inductor's config, codegen env vars, the device (CPU ISA / GPU compute capability) and the C++ compiler."""
     import torch
 
     digest = hashlib.sha256()
     for part in (
         torch.__version__,
-        ep.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),
+        graph_text(ep),
         str(ep.graph_signature),
         str(ep.call_spec.in_spec),
         str(ep.call_spec.out_spec),
         repr(sorted((str(k), str(v)) for k, v in ep.range_constraints.items())),
+        triton_kernels_text(ep),
         repr(sorted((k, repr(v)) for k, v in inductor_configs.items())),
+        inductor_config_text(),
         json.dumps(codegen_environment()),
         _device_identity(device),
         _compiler_identity(),
     ):
         digest.update(part.encode())
         digest.update(b"\0")
-    for node in ep.graph.nodes:
-        value = node.meta.get("val") if node.op == "placeholder" else None
-        if isinstance(value, torch.Tensor):
-            digest.update(f"{node.name}:{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}".encode())
     for name, tensor in sorted(ep.state_dict.items()):
         _hash_tensor(digest, name, tensor)
     for name, constant in sorted(ep.constants.items()):
@@ -134,15 +197,52 @@ def default_cache_dir() -> Path:
     return Path(base) / "pytest-aoti"
 
 
-def clear_cache_dir(root: Path) -> None:
-    """Empty the cache (``--aoti-cache-clear``); the directory itself stays."""
-    if not root.is_dir():
-        return
+def _warn(message: str) -> None:
+    warnings.warn(AOTICacheWarning(f"pytest-aoti: {message}"), stacklevel=3)
+
+
+def _is_entry(path: Path) -> bool:
+    """A file the cache writes: ``<2 hex>/<64 hex>.pt2|.json|.lock`` (or a partial write)."""
+    return _ENTRY_DIR.match(path.parent.name) is not None and _ENTRY_FILE.match(path.name) is not None
+
+
+def _looks_like_a_cache(root: Path) -> bool:
+    """A dir holding only what this cache writes: one made by a pytest-aoti that wrote no marker yet."""
     for child in root.iterdir():
-        if child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
+        if child.name == MARKER_FILE:
+            continue
+        if not (child.is_dir() and not child.is_symlink() and _ENTRY_DIR.match(child.name)):
+            return False
+        if not all(entry.is_file() and _is_entry(entry) for entry in child.iterdir()):
+            return False
+    return True
+
+
+def is_marked(root: Path) -> bool:
+    return (root / MARKER_FILE).is_file()
+
+
+def clear_cache_dir(root: Path) -> int:
+    """Delete the entries this cache wrote (``--aoti-cache-clear``) and return how many; a dir that is not marked
+    as pytest-aoti's is left alone, with a warning."""
+    if not root.exists():
+        return 0
+    if not root.is_dir() or not is_marked(root):
+        _warn(f"--aoti-cache-clear: {root} is not a pytest-aoti cache (no {MARKER_FILE} in it); nothing was deleted")
+        return 0
+    removed = 0
+    for folder in root.iterdir():
+        if not (folder.is_dir() and not folder.is_symlink() and _ENTRY_DIR.match(folder.name)):
+            continue
+        for entry in folder.iterdir():
+            if entry.is_file() and _is_entry(entry):
+                entry.unlink(missing_ok=True)
+                removed += entry.suffix == ".pt2"
+        try:
+            folder.rmdir()  # only if nothing else is in it
+        except OSError:
+            pass
+    return removed
 
 
 def unsafe_reason(directory: Path) -> str | None:
@@ -165,16 +265,12 @@ class PackageCache:
 
     @classmethod
     def open(cls, root: Path, max_bytes: int) -> PackageCache | None:
-        """Create ``root`` private to the user; warn and return None when it is not safe to load packages from."""
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        reason = unsafe_reason(root)
-        if reason is not None:
-            warnings.warn(
-                AOTICacheWarning(
-                    f"pytest-aoti: not using the package cache at {root}: {reason}; compiling without a cache"
-                ),
-                stacklevel=2,
-            )
+        """The cache at ``root``, created private to the user and marked as pytest-aoti's. Where it cannot be used
+        safely (not a dir, not writable, not ours, writable by others) warn and return None: the run goes on
+        compiling without a cache."""
+        problem = _open_problem(root)
+        if problem is not None:
+            _warn(f"not using the package cache at {root}: {problem}; compiling without a cache")
             return None
         return cls(root, max_bytes)
 
@@ -236,8 +332,9 @@ class PackageCache:
         return package
 
     def evict(self, keep: Path | None = None) -> None:
-        """Delete least-recently-used packages until the cache fits ``max_bytes`` (``keep`` always stays)."""
-        packages = sorted(self.root.glob("*/*.pt2"), key=lambda p: p.stat().st_mtime)
+        """Delete least-recently-used packages until the cache fits ``max_bytes`` (``keep`` always stays). Only
+        entries the cache wrote are considered."""
+        packages = sorted((p for p in self.root.glob("*/*.pt2") if _is_entry(p)), key=lambda p: p.stat().st_mtime)
         total = sum(p.stat().st_size for p in packages)
         for oldest in packages:
             if total <= self.max_bytes:
@@ -247,3 +344,26 @@ class PackageCache:
             total -= oldest.stat().st_size
             oldest.unlink(missing_ok=True)
             oldest.with_suffix(".json").unlink(missing_ok=True)
+
+
+def _open_problem(root: Path) -> str | None:
+    """Why ``root`` cannot serve as the cache (after creating and marking it where it may), or None."""
+    try:
+        if root.exists() and not root.is_dir():
+            return "it is not a directory"
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        reason = unsafe_reason(root)
+        if reason is not None:
+            return reason
+        if not os.access(root, os.W_OK | os.X_OK):
+            return "it is not writable"
+        if not is_marked(root):
+            if not _looks_like_a_cache(root):
+                return (
+                    f"it holds files that are not pytest-aoti's and has no {MARKER_FILE} marker; pick an empty or "
+                    "new directory (pytest-aoti deletes old entries there)"
+                )
+            (root / MARKER_FILE).write_text(_MARKER_TEXT)
+    except OSError as error:
+        return f"it cannot be created or used ({error.strerror or error})"
+    return None

@@ -1,8 +1,11 @@
-"""Run one test alone in a fresh interpreter (spawned, never forked) and bring back its reports and output.
+"""Parent side of the process boundary: run one test alone in a fresh interpreter and bring back what it reported.
 
-The child's stdout and stderr go to a log file at the file-descriptor level (the AOTI printer writes from C/C++), with
-Python unbuffered (``-u`` also sets C stdio unbuffered, so a crash loses no kernel lines). Its test reports come back
-through pytest's own report serialization hooks, one JSON line per report, written as they happen.
+A child is the parent's twin, the way pytest-xdist builds its workers: the parent's own command line and invocation
+directory (``config.invocation_params``) and environment (``PYTEST_ADDOPTS`` included), overriding only what must
+differ — no xdist, its own basetemp, cache dir and JUnit file, the one test selected by node id (the child session
+deselects the rest, so the id means what it meant in the parent whatever the layout). Its stdout and stderr go to a
+log file at the file-descriptor level (the AOTI printer writes from C/C++), unbuffered, so a crash loses no kernel line.
+Reports and warnings come back through pytest's own serialization hooks, one JSON line each, written as they happen.
 """
 
 from __future__ import annotations
@@ -15,20 +18,28 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_aoti.phases import CHILD_ENV
+from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
 
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
-# Variables a child must not inherit: they would make it an xdist worker or re-add the parent's options.
+NODEID_ENV = "PYTEST_AOTI_NODEID"
+TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
+# Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
+# Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
+_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
+_WARNING_KEY = "pytest_aoti_warning"
 
 
 @dataclass
@@ -41,20 +52,35 @@ class ChildRun:
     signal_name: str | None
     seconds: float
     log_path: Path
+    phase_path: Path
     command: list[str]
     env_delta: dict[str, str]
     cwd: Path
     reports: list[pytest.TestReport] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    timeout: float | None = None
 
     @property
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """The child's output; a log that vanished (a tmp cleaner) or cannot be read says so instead."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError as error:
+            return f"(log missing: {self.log_path}: {error.strerror or error})"
+
+    @property
+    def phase(self) -> str | None:
+        """The last phase the child announced (export, compile, load, loaded, run, ran), if any."""
+        try:
+            return last_phase(self.phase_path.read_text(errors="replace"))
+        except OSError:
+            return None
 
     @property
     def reproduce(self) -> str:
-        """A shell line that reruns this child by hand."""
-        shown = {k: v for k, v in self.env_delta.items() if k not in (REPORT_FILE_ENV, "TMPDIR")}
+        """A shell line that reruns this child by hand, pasted in any shell."""
+        shown = {k: v for k, v in self.env_delta.items() if k not in _UNSHOWN_ENV}
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
         return f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.command)}"
 
@@ -62,25 +88,41 @@ class ChildRun:
         if self.outcome == "crashed":
             return f"crashed with {self.signal_name}"
         if self.outcome == "timed out":
-            return "timed out"
+            return f"timed out after {self.timeout:g} s" if self.timeout else "timed out"
         if self.outcome in ("failed", "error") and self.error:
             return f"{self.outcome}: {self.error}"
         return self.outcome
 
 
-def child_command(config: pytest.Config, nodeid: str, extra_args: list[str]) -> list[str]:
-    """``python -u -m pytest <nodeid>`` with the parent's rootdir, ini file, ``-p`` plugins and overrides."""
-    command = [sys.executable, "-u", "-m", "pytest", nodeid, "-s", "-q", "-p", "no:cacheprovider"]
-    command += ["--rootdir", str(config.rootpath)]
-    if config.inipath is not None:
-        command += ["-c", str(config.inipath)]
-    for plugin in config.option.plugins or []:
-        command += ["-p", plugin]
-    for override in config.option.override_ini or []:
-        command += ["-o", override]
-    if config.pluginmanager.hasplugin("xdist"):
+def _launcher(config: pytest.Config) -> list[str]:
+    """``python -u -m pytest`` the way the parent started: ``python -m pytest`` puts the cwd on ``sys.path``, the
+    ``pytest`` script does not (``-P``), and imports of the user's tests may depend on which."""
+    mainargv = getattr(config, "workerinput", {}).get("mainargv") or sys.argv
+    started_as_script = bool(mainargv) and Path(mainargv[0]).name not in ("__main__.py", "-c", "")
+    safe_path = ["-P"] if started_as_script and sys.version_info >= (3, 11) else []
+    return [sys.executable, "-u", *safe_path, "-m", "pytest"]
+
+
+def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
+    """The parent's command line, plus what a child must change: no xdist, and no output capture for the debug
+    stages (the printer writes to the file descriptors, which must reach the log even if the child crashes)."""
+    command = [*_launcher(config), *(str(arg) for arg in config.invocation_params.args)]
+    if config.pluginmanager.has_plugin("xdist"):
         command += ["-n", "0"]
-    return command + extra_args
+    if not capture:
+        command.append("--capture=no")
+    return command
+
+
+def _isolating_overrides(config: pytest.Config, workdir: Path) -> list[str]:
+    """Files the child must not share with the parent: basetemp (a given one is wiped at start), the JUnit file,
+    pytest's cache (``--lf`` state). Left out of the reproduce line: they point into a temp dir."""
+    overrides = [f"--basetemp={workdir / 'basetemp'}"]
+    if getattr(config.option, "xmlpath", None):
+        overrides.append(f"--junitxml={workdir / 'junit.xml'}")
+    if config.pluginmanager.has_plugin("cacheprovider"):
+        overrides += ["-o", f"cache_dir={workdir / 'pytest-cache'}"]
+    return overrides
 
 
 def _private_tmpdir(workdir: Path) -> Path:
@@ -102,85 +144,128 @@ def _user_name() -> str:
         return f"uid_{os.getuid()}"
 
 
-def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str | None]:
+def _first_line(text: str) -> str:
+    line = next((line for line in text.splitlines() if line.strip()), "")
+    return line[:197] + "..." if len(line) > 200 else line
+
+
+def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: str) -> tuple[str, str | None]:
+    """The child's outcome from its reports; a child that ended without reporting the call phase is an error."""
     for report in reports:
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1:]
-            first_line = str(message).splitlines()[0] if message else ""
-            return "failed", (first_line[:200] + "...") if len(first_line) > 200 else first_line or None
+            return "failed", _first_line(crash.message if crash is not None else str(report.longrepr)) or None
     if any(report.skipped for report in reports):
         return "skipped", None
-    return ("passed", None) if reports else ("error", "the child reported no test (was it collected?)")
+    if any(report.when == "call" for report in reports):
+        return "passed", None
+    if not reports and returncode == pytest.ExitCode.NO_TESTS_COLLECTED:
+        return "error", f"the child collected no test {nodeid!r} (see its log)"
+    return "error", f"the child exited with code {returncode} before reporting the test's result"
+
+
+@contextmanager
+def _terminate_child_on_exit(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Ctrl-C or SIGTERM in the parent ends the child's process group too (it runs in its own session, where the
+    terminal's signals do not reach it), then goes on as it would have."""
+    previous = None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            raise _Terminated
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except (KeyboardInterrupt, _Terminated):
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while a child ran."""
 
 
 def run_child(
     config: pytest.Config,
     nodeid: str,
     *,
+    test_path: Path | None,
     stage: str,
     env: Mapping[str, str],
     timeout: float,
     workdir: Path,
-    extra_args: list[str] | None = None,
+    capture: bool,
 ) -> ChildRun:
-    """Run ``nodeid`` in a fresh interpreter with ``env`` on top of this process's environment."""
+    """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
+    of this process's environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{stage}.log"
     report_path = workdir / f"{stage}.reports.jsonl"
-    report_path.unlink(missing_ok=True)
+    phase_path = workdir / f"{stage}.phases"
+    for stale in (report_path, phase_path):
+        stale.unlink(missing_ok=True)
     tmpdir = _private_tmpdir(workdir)
     env_delta = {
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",
         CHILD_ENV: stage,
+        NODEID_ENV: nodeid,
+        **({TEST_PATH_ENV: str(test_path)} if test_path is not None else {}),
         REPORT_FILE_ENV: str(report_path),
+        PHASE_FILE_ENV: str(phase_path),
         "TMPDIR": str(tmpdir),
         **env,
     }
-    child_env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV and k != "PYTEST_ADDOPTS"}
+    child_env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     child_env.update(env_delta)
-    command = child_command(config, nodeid, extra_args or [])
+    command = child_command(config, capture=capture)
     cwd = config.invocation_params.dir
     started = time.monotonic()
     timed_out = False
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) dumps every thread's traceback into the log.
-            _signal_group(process.pid, signal.SIGABRT)
-            try:
-                process.wait(timeout=_KILL_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
-                process.wait()
-        # Compile workers the child started must not outlive it.
-        _signal_group(process.pid, signal.SIGKILL)
+    try:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [*command, *_isolating_overrides(config, workdir)],
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            with _terminate_child_on_exit(process):
+                try:
+                    process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) dumps every thread's traceback into the log.
+                    _signal_group(process.pid, signal.SIGABRT)
+                    try:
+                        process.wait(timeout=_KILL_GRACE_SECONDS)
+                    except subprocess.TimeoutExpired:
+                        _signal_group(process.pid, signal.SIGKILL)
+                        process.wait()
+            # Compile workers the child started must not outlive it.
+            _signal_group(process.pid, signal.SIGKILL)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     seconds = time.monotonic() - started
-    shutil.rmtree(tmpdir, ignore_errors=True)
 
-    reports = read_reports(config, report_path)
+    reports, child_warnings = read_reports(config, report_path)
     returncode = process.returncode
     signal_name = _signal_name(returncode)
     if timed_out:
-        outcome, error = "timed out", f"stopped after {timeout:g} s (--aoti-rerun-timeout)"
+        outcome, error = "timed out", f"stopped after {timeout:g} s"
     elif signal_name is not None:
         outcome, error = "crashed", None
     else:
-        outcome, error = _outcome(reports)
-        if outcome == "passed" and returncode not in (0, None):
-            outcome, error = "error", f"pytest exited with code {returncode}"
+        outcome, error = _outcome(reports, returncode, nodeid)
     return ChildRun(
         stage=stage,
         outcome=outcome,
@@ -188,11 +273,14 @@ def run_child(
         signal_name=signal_name,
         seconds=seconds,
         log_path=log_path,
+        phase_path=phase_path,
         command=command,
         env_delta=env_delta,
         cwd=cwd,
         reports=reports,
+        warnings=child_warnings,
         error=error,
+        timeout=timeout if timed_out else None,
     )
 
 
@@ -212,25 +300,73 @@ def _signal_name(returncode: int | None) -> str | None:
         return f"signal {-returncode}"
 
 
-def read_reports(config: pytest.Config, path: Path) -> list[pytest.TestReport]:
-    if not path.exists():
-        return []
-    reports = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
+def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestReport], list[dict[str, Any]]]:
+    """The child's test reports and warnings; a file that is missing or unreadable gives none (the outcome then
+    says the child reported nothing)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return [], []
+    reports: list[pytest.TestReport] = []
+    child_warnings: list[dict[str, Any]] = []
+    for line in lines:
         try:
             data: dict[str, Any] = json.loads(line)
         except ValueError:
             continue  # a line cut short by a crash
+        if _WARNING_KEY in data:
+            child_warnings.append(data[_WARNING_KEY])
+            continue
         report = config.hook.pytest_report_from_serializable(config=config, data=data)
         if isinstance(report, pytest.TestReport):
+            if isinstance(report.longrepr, list):
+                # A skip's (path, lineno, reason) comes back from JSON as a list; pytest's summary wants the tuple.
+                report.longrepr = tuple(report.longrepr)
             reports.append(report)
-    return reports
+    return reports, child_warnings
 
 
 def write_report(config: pytest.Config, report: pytest.TestReport, path: str) -> None:
     """Child side: append one serialized report, flushed, so it survives a later crash."""
     data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    _append(path, data)
+
+
+def write_warning(message: warnings.WarningMessage, when: str, nodeid: str, path: str) -> None:
+    """Child side: append one warning the way pytest-xdist's workers send theirs."""
+    record = {
+        "message": str(message.message),
+        "category": f"{message.category.__module__}.{message.category.__qualname__}",
+        "filename": message.filename,
+        "lineno": message.lineno,
+        "when": when,
+        "nodeid": nodeid,
+    }
+    _append(path, {_WARNING_KEY: record})
+
+
+def _append(path: str, data: dict[str, Any]) -> None:
     with open(path, "a") as stream:
         stream.write(json.dumps(data) + "\n")
+
+
+def replay_warning(config: pytest.Config, record: dict[str, Any]) -> None:
+    """Parent side: record a child's warning as if it had happened here (pytest-xdist's controller does the same)."""
+    category = _warning_category(record["category"])
+    message = warnings.WarningMessage(
+        category(record["message"]), category, record["filename"], record["lineno"], None, None
+    )
+    config.hook.pytest_warning_recorded.call_historic(
+        kwargs={"warning_message": message, "when": record["when"], "nodeid": record["nodeid"], "location": None}
+    )
+
+
+def _warning_category(qualified_name: str) -> type[Warning]:
+    import importlib
+
+    module_name, _, name = qualified_name.rpartition(".")
+    try:
+        category = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return UserWarning
+    return category if isinstance(category, type) and issubclass(category, Warning) else UserWarning

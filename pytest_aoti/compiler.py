@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+import os
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,17 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export._tree_utils import reorder_kwargs
-from torch.export.pt2_archive._package import AOTICompiledModel
+from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
 from pytest_aoti.cache import PackageCache
-from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
-from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, program_spec
+from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
+from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
+
+try:  # torch >= 2.8
+    from torch.export.pt2_archive._package import AOTICompiledModel
+except ImportError:  # earlier releases kept the package code in Inductor
+    from torch._inductor.package.package import AOTICompiledModel
 
 _LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
 
@@ -49,6 +55,8 @@ class _FunctionModule(torch.nn.Module):
 
 
 def as_module(model: Any) -> torch.nn.Module:
+    if isinstance(model, type):
+        raise TypeError(f"model: got the class {model.__name__}, not an instance: pass {model.__name__}(...)")
     if isinstance(model, torch.nn.Module):
         return model
     if callable(model):
@@ -90,8 +98,22 @@ def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
             close = difflib.get_close_matches(str(key), list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
+        default = known[key]
+        if isinstance(default, bool | int | float | str) and not _same_kind(configs[key], default):
+            raise TypeError(
+                f"inductor_configs[{key!r}]: expected a {type(default).__name__} (the default is {default!r}), "
+                f"got {type(configs[key]).__name__} {configs[key]!r}"
+            )
     # aoti_compile_and_package mutates the dict it is given.
     return dict(configs)
+
+
+def _same_kind(value: Any, default: bool | int | float | str) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int | float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str)
 
 
 def compile_device(args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module) -> torch.device:
@@ -138,6 +160,7 @@ class CompiledModel:
     runner: Any = field(repr=False)
     spec: ProgramSpec = field(repr=False)
     allow_nonfinite: bool = False
+    restride_inputs: bool = False
     # Says what is wrong with the device after a failed call (a CUDA error is sticky), or None when it is healthy.
     health_check: Callable[[], str | None] | None = field(default=None, repr=False)
     poisoned: PoisonedContext | None = field(default=None, repr=False)
@@ -148,33 +171,46 @@ class CompiledModel:
         return self.call(args, kwargs)
 
     def call(
-        self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, allow_nonfinite: bool | None = None
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        allow_nonfinite: bool | None = None,
+        restride_inputs: bool | None = None,
     ) -> Any:
         __tracebackhide__ = True
+        if self.runner is None:
+            raise RuntimeError(f"{self.package_path.name}: this compiled model was released at the end of its test")
         if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
             raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
+        nonfinite_ok = self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite
         in_spec = self.exported_program.call_spec.in_spec
-        ordered_kwargs = _reorder_kwargs(kwargs or {}, in_spec)
-        flat_inputs = pytree.tree_leaves((tuple(args), ordered_kwargs))
-        bound = check_inputs(self.spec, flat_inputs, self.device)
+        flat_inputs = flatten_inputs(in_spec, args, kwargs or {})
+        bound, run_with = check_inputs(
+            self.spec,
+            flat_inputs,
+            self.device,
+            allow_nonfinite=nonfinite_ok,
+            restride=self.restride_inputs if restride_inputs is None else restride_inputs,
+        )
+        # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
+        run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
         phases.mark("run", str(self.package_path))
         try:
-            outputs = self.runner(*args, **(kwargs or {}))
+            outputs = self.runner(*run_args, **run_kwargs)
             if self.device.type == "cuda":
                 # Kernel errors are asynchronous: make them surface here, in the call that caused them.
                 torch.cuda.synchronize(self.device)
             phases.mark("ran", str(self.package_path))
-            check_outputs(
-                self.spec,
-                pytree.tree_leaves(outputs),
-                self.device,
-                bound,
-                allow_nonfinite=self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite,
-            )
+            check_outputs(self.spec, pytree.tree_leaves(outputs), self.device, bound, allow_nonfinite=nonfinite_ok)
         except Exception as error:
             self._note_poisoned(error)
             raise
         return outputs
+
+    def release(self) -> None:
+        """Unload the package (its extraction dir goes with it); calls after this raise."""
+        self.runner = None
 
     def _note_poisoned(self, error: BaseException) -> None:
         if self.poisoned is not None or self.health_check is None or isinstance(error, AOTIInvariantError):
@@ -186,23 +222,6 @@ class CompiledModel:
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self.runner.get_metadata())
-
-
-def _reorder_kwargs(kwargs: dict[str, Any], in_spec: Any) -> dict[str, Any]:
-    """The kwargs in the order the package flattens them (torch's own helper), or an invariant error."""
-    __tracebackhide__ = True
-    try:
-        return reorder_kwargs(kwargs, in_spec)
-    except ValueError as error:
-        raise AOTIInvariantError(
-            "input_structure",
-            side="input",
-            index=0,
-            name=None,
-            expected="the exported keyword inputs",
-            actual=f"keywords {sorted(kwargs)}",
-            detail=str(error),
-        ) from None
 
 
 def export_model(
@@ -220,7 +239,31 @@ def export_model(
         raise AOTIExportError(one_line(error)) from error
 
 
-def load_package(path: Path, device: torch.device) -> Any:
+@contextlib.contextmanager
+def _extracting_into(directory: Path | None) -> Iterator[None]:
+    """The loader extracts each package into a fresh ``$TMPDIR/aotinductor_*`` dir (read from the environment at
+    load time): put it where pytest cleans up, so no reference kept alive by a traceback leaves it in /tmp."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(directory)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous
+
+
+def load_package(path: Path, device: torch.device, extract_dir: Path | None = None) -> Any:
+    with _extracting_into(extract_dir):
+        return _load_package(path, device)
+
+
+def _load_package(path: Path, device: torch.device) -> Any:
     phases.mark("load", str(path))
     device_index = device.index if device.type == "cuda" and device.index is not None else -1
     try:
@@ -261,6 +304,7 @@ def compile_model(
     strict: bool = False,
     cache: PackageCache | None = None,
     allow_nonfinite: bool = False,
+    restride_inputs: bool = False,
 ) -> CompiledModel:
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call."""
@@ -269,6 +313,7 @@ def compile_model(
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    _check_tensor_outputs(exported)
 
     if cache is None:
         package_path, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
@@ -282,7 +327,7 @@ def compile_model(
             else:
                 built, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
                 package_path, from_cache = cache.store(key, built, compile_seconds), False
-    runner = load_package(package_path, device)
+    runner = load_package(package_path, device, extract_dir=package_dir)
     return CompiledModel(
         package_path=package_path,
         exported_program=exported,
@@ -290,10 +335,66 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=program_spec(exported),
+        spec=program_spec(exported, dim_names(module, args, kwargs, dynamic_shapes, exported)),
         allow_nonfinite=allow_nonfinite,
+        restride_inputs=restride_inputs,
         health_check=cuda_context_problem if device.type == "cuda" else None,
     )
+
+
+def _check_tensor_outputs(exported: ExportedProgram) -> None:
+    """An AOTI package returns tensors only: a Python scalar among the outputs would come back wrong."""
+    for number, output in enumerate(exported.graph_signature.output_specs):
+        if output.kind.name == "USER_OUTPUT" and not isinstance(output.arg, TensorArgument):
+            value = getattr(output.arg, "value", None)
+            raise AOTIExportError(
+                f"output {number} is a Python {type(value).__name__} ({value!r}), not a tensor: an AOTI package "
+                "returns tensors only; return torch.tensor(...) instead"
+            )
+
+
+def dim_names(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    exported: ExportedProgram,
+) -> dict[Any, str]:
+    """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
+    speak the user's language. Empty where the mapping cannot be made."""
+    if not dynamic_shapes:
+        return {}
+    from torch.export.dynamic_shapes import Dim, _combine_args, _DerivedDim, _tree_map_with_path
+
+    dims_of: dict[int, Any] = {}
+    try:
+        combined: Any = _combine_args(module, args, kwargs)
+        if isinstance(dynamic_shapes, tuple | list):
+            combined = type(dynamic_shapes)(combined.values())
+        _tree_map_with_path(
+            lambda path, value, dims: dims_of.__setitem__(id(value), dims) if isinstance(value, torch.Tensor) else None,
+            combined,
+            dynamic_shapes,
+        )
+    except Exception:  # a dynamic_shapes form this walk does not know: names stay torch's
+        return {}
+    from pytest_aoti.invariants import TensorSpec
+
+    names: dict[Any, str] = {}
+    specs = [s for s in program_spec(exported).inputs if isinstance(s, TensorSpec)]
+    tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+    for tensor, spec in zip(tensors, specs, strict=False):
+        dims = dims_of.get(id(tensor))
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        for axis, dim in items:
+            if not isinstance(dim, Dim) or axis >= len(spec.shape):
+                continue
+            expr = spec.shape[axis]
+            symbols: set[Any] = getattr(expr, "free_symbols", set())
+            if len(symbols) == 1:
+                root = dim.root if isinstance(dim, _DerivedDim) else dim
+                names.setdefault(next(iter(symbols)), root.__name__)
+    return names
 
 
 def _mismatch_message(label: str, text: str) -> str:
@@ -314,6 +415,7 @@ def check_model(
     strict: bool = False,
     cache: PackageCache | None = None,
     allow_nonfinite: bool = False,
+    restride_inputs: bool = False,
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
     (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``)."""
@@ -329,6 +431,7 @@ def check_model(
         strict=strict,
         cache=cache,
         allow_nonfinite=allow_nonfinite,
+        restride_inputs=restride_inputs,
     )
     module = as_module(model)
     input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]] = [validate_inputs(args, kwargs)]
@@ -344,12 +447,15 @@ def check_model(
         with torch.no_grad():
             expected = module(*call_args, **call_kwargs)
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
-        torch.testing.assert_close(
-            actual,
-            expected,
-            rtol=rtol,
-            atol=atol,
-            equal_nan=allow_nonfinite,
-            msg=functools.partial(_mismatch_message, label),
-        )
+        try:
+            torch.testing.assert_close(
+                actual,
+                expected,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=allow_nonfinite,
+                msg=functools.partial(_mismatch_message, label),
+            )
+        except AssertionError as mismatch:
+            raise AOTIMismatchError(str(mismatch)) from None
     return compiled

@@ -6,9 +6,12 @@ from typing import Literal
 
 Invariant = Literal[
     "input_structure",
+    "input_value",
     "input_device",
     "input_dtype",
     "input_shape",
+    "input_stride",
+    "input_nonfinite",
     "output_device",
     "output_dtype",
     "output_shape",
@@ -20,7 +23,8 @@ class AOTIInvariantError(AssertionError):
     """A compiled model was called with, or returned, a tensor that breaks one of its invariants.
 
     ``invariant`` says which check failed, ``side`` whether it was an input or an output, ``index`` the tensor's
-    position among the flat inputs/outputs and ``name`` its argument name (inputs) when known.
+    position among the flat inputs/outputs and ``name`` its argument name (inputs) when known, ``where`` its path
+    in the nest of inputs for a structure error.
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class AOTIInvariantError(AssertionError):
         expected: str,
         actual: str,
         detail: str = "",
+        where: str | None = None,
     ) -> None:
         self.invariant: Invariant = invariant
         self.side = side
@@ -41,7 +46,9 @@ class AOTIInvariantError(AssertionError):
         self.expected = expected
         self.actual = actual
         self.detail = detail
-        label = f"{side} {index}" + (f" ({name!r})" if name else "")
+        self.where = where
+        # ``where`` names a position in a nest of inputs (``args[1]['mask']``) when that says more than an index.
+        label = f"input {where}" if where else f"{side} {index}" + (f" ({name!r})" if name else "")
         what = invariant.split("_", 1)[1]
         message = f"{label}: {what} invariant violated: expected {expected}, got {actual}"
         if detail:
@@ -66,3 +73,28 @@ class AOTICompileError(Exception):
         self.summary = summary
         self.stage = stage
         super().__init__(f"AOTI {stage} failed: {summary}")
+
+
+class AOTIMismatchError(AssertionError):
+    """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message)."""
+
+
+# What the parent does with a failure depends on its kind: one the package never saw is not rerun.
+FailureKind = Literal[
+    "input_invariant", "output_nonfinite", "output_invariant", "mismatch", "export", "compile", "other"
+]
+
+
+def failure_kind(error: BaseException) -> FailureKind:
+    """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more."""
+    if isinstance(error, AOTIInvariantError):
+        if error.side == "input":
+            return "input_invariant"
+        return "output_nonfinite" if error.invariant == "output_nonfinite" else "output_invariant"
+    if isinstance(error, AOTIMismatchError):
+        return "mismatch"
+    if isinstance(error, AOTIExportError):
+        return "export"
+    if isinstance(error, AOTICompileError):
+        return "compile"
+    return "other"

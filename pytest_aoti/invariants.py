@@ -7,35 +7,56 @@ after it (device, dtype, shape derived from the exported graph's symbolic shapes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
 
 import sympy
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
 from pytest_aoti.errors import AOTIInvariantError
+
+TreeSpec = pytree.TreeSpec
 
 Dim: TypeAlias = int | sympy.Expr
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Shape (ints for static dims, sympy expressions for dynamic ones) and dtype of one flat input or output."""
+    """Shape and strides (ints where static, sympy expressions where dynamic) and dtype of one flat input or
+    output."""
 
     name: str
     shape: tuple[Dim, ...]
+    stride: tuple[Dim, ...]
     dtype: torch.dtype
 
 
 @dataclass(frozen=True)
-class ProgramSpec:
-    """Flat inputs (``None`` for a non-tensor input baked into the package), outputs and dynamic-dim ranges."""
+class ScalarSpec:
+    """A non-tensor input: export specializes it, so the package only ever computes with ``value``."""
 
-    inputs: tuple[TensorSpec | None, ...]
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """Flat inputs, outputs (``None`` for a non-tensor output), dynamic-dim ranges, and the user's ``Dim`` name
+    for each dynamic-dim symbol where known."""
+
+    inputs: tuple[TensorSpec | ScalarSpec, ...]
     outputs: tuple[TensorSpec | None, ...]
     ranges: dict[sympy.Expr, tuple[int, int | None]]
+    dim_names: dict[sympy.Symbol, str] = field(default_factory=dict)
+
+    def named(self, expr: Any) -> str:
+        """An expression with torch's symbols (``s77``) replaced by the user's ``Dim`` names (``batch``)."""
+        if not isinstance(expr, sympy.Expr) or not self.dim_names:
+            return str(expr)
+        return str(expr.subs({symbol: sympy.Symbol(name) for symbol, name in self.dim_names.items()}))
 
 
 def _dim(size: int | torch.SymInt) -> Dim:
@@ -45,7 +66,7 @@ def _dim(size: int | torch.SymInt) -> Dim:
 def _tensor_spec(name: str, value: Any) -> TensorSpec | None:
     if not isinstance(value, torch.Tensor):
         return None
-    return TensorSpec(name, tuple(_dim(s) for s in value.shape), value.dtype)
+    return TensorSpec(name, tuple(_dim(s) for s in value.shape), tuple(_dim(s) for s in value.stride()), value.dtype)
 
 
 def _bound(value: Any) -> int | None:
@@ -53,23 +74,25 @@ def _bound(value: Any) -> int | None:
     return int(value) if value.is_finite else None
 
 
-def program_spec(ep: ExportedProgram) -> ProgramSpec:
+def program_spec(ep: ExportedProgram, dim_names: dict[sympy.Symbol, str] | None = None) -> ProgramSpec:
     """Read the accepted inputs and promised outputs off an ExportedProgram."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    inputs: list[TensorSpec | None] = []
+    inputs: list[TensorSpec | ScalarSpec] = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind != InputKind.USER_INPUT:
             continue
-        if isinstance(spec.arg, TensorArgument):
-            inputs.append(_tensor_spec(spec.arg.name, placeholders[spec.arg.name].meta["val"]))
-        else:
-            inputs.append(None)
+        tensor = (
+            _tensor_spec(spec.arg.name, placeholders[spec.arg.name].meta["val"])
+            if isinstance(spec.arg, TensorArgument)
+            else None
+        )
+        inputs.append(tensor if tensor is not None else ScalarSpec(spec.arg.name, getattr(spec.arg, "value", None)))
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = tuple(
         _tensor_spec(f"output {i}", getattr(node, "meta", {}).get("val")) for i, node in enumerate(output_node.args[0])
     )
     ranges = {expr: (int(vr.lower), _bound(vr.upper)) for expr, vr in ep.range_constraints.items()}
-    return ProgramSpec(tuple(inputs), outputs, ranges)
+    return ProgramSpec(tuple(inputs), outputs, ranges, dict(dim_names or {}))
 
 
 def _fmt_shape(shape: Sequence[Dim]) -> str:
@@ -101,10 +124,85 @@ def _solve_for(expr: sympy.Expr, value: int, bound: dict[sympy.Symbol, int]) -> 
         bound[unbound[0]] = int(integer[0])
 
 
-def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.device) -> dict[sympy.Symbol, int]:
-    """Raise :class:`AOTIInvariantError` for the first input the package would not accept.
+def _structure_error(path: str, expected: str, actual: str) -> AOTIInvariantError:
+    return AOTIInvariantError(
+        "input_structure", side="input", index=0, name=None, expected=expected, actual=actual, where=path
+    )
 
-    Returns the values bound to the dynamic-dim symbols, which fix the expected output shapes.
+
+def _children(spec: TreeSpec) -> list[TreeSpec]:
+    # torch 2.13 deprecates the children_specs attribute for a children() method that earlier releases lack.
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
+
+
+def _leaves_like(spec: TreeSpec, value: Any, path: str) -> list[Any]:
+    """``value``'s leaves in the order ``spec`` gives them, checking that ``value`` has exactly ``spec``'s structure:
+    container types, lengths, dict keys (in any order: a dict is read by key). The package reads its inputs by
+    position, so a dict in another key order, or another nest with as many leaves, would feed it wrong tensors."""
+    __tracebackhide__ = True
+    if spec.is_leaf():
+        return [value]
+    if spec.type is dict:
+        if not isinstance(value, dict):
+            raise _structure_error(path, f"a dict with keys {list(spec.context)}", type(value).__name__)
+        if set(value) != set(spec.context):
+            missing = [k for k in spec.context if k not in value]
+            extra = [k for k in value if k not in spec.context]
+            raise _structure_error(
+                path, f"a dict with keys {list(spec.context)}", f"keys {list(value)} (missing {missing}, extra {extra})"
+            )
+        return [
+            leaf
+            for key, child in zip(spec.context, _children(spec), strict=True)
+            for leaf in _leaves_like(child, value[key], f"{path}[{key!r}]")
+        ]
+    if spec.type in (tuple, list):
+        if type(value) is not spec.type:
+            raise _structure_error(path, f"a {spec.type.__name__} of {spec.num_children}", type(value).__name__)
+        if len(value) != spec.num_children:
+            raise _structure_error(
+                path, f"a {spec.type.__name__} of {spec.num_children}", f"a {spec.type.__name__} of {len(value)}"
+            )
+        return [
+            leaf
+            for number, (child, item) in enumerate(zip(_children(spec), value, strict=True))
+            for leaf in _leaves_like(child, item, f"{path}[{number}]")
+        ]
+    leaves, actual = pytree.tree_flatten(value)
+    if actual != spec:
+        raise _structure_error(path, f"a {spec.type.__name__} shaped like the example", type(value).__name__)
+    return leaves
+
+
+def flatten_inputs(in_spec: TreeSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """The flat inputs of a call, in the order the package reads them, after checking their structure against the
+    exported ``in_spec`` (``(args, kwargs)``)."""
+    __tracebackhide__ = True
+    args_spec, kwargs_spec = in__children(spec)
+    leaves = _leaves_like(args_spec, tuple(args), "args")
+    if kwargs_spec.context or kwargs:
+        leaves += _leaves_like(kwargs_spec, dict(kwargs), "kwargs")
+    return leaves
+
+
+def _fmt_stride(stride: Sequence[Any]) -> str:
+    return "(" + ", ".join(str(s) for s in stride) + ("," if len(stride) == 1 else "") + ")"
+
+
+def check_inputs(
+    spec: ProgramSpec,
+    flat_inputs: Sequence[Any],
+    device: torch.device,
+    *,
+    allow_nonfinite: bool = False,
+    restride: bool = False,
+) -> tuple[dict[sympy.Symbol, int], list[Any]]:
+    """Raise :class:`AOTIInvariantError` for the first input the package would not accept, or would read wrongly.
+
+    Returns the values bound to the dynamic-dim symbols (they fix the expected output shapes) and the inputs to run
+    with: ``flat_inputs``, except that with ``restride`` an input whose strides differ from the compiled ones is
+    replaced by a copy with the compiled strides.
     """
     __tracebackhide__ = True
     if len(flat_inputs) != len(spec.inputs):
@@ -118,7 +216,18 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
         )
     tensors: list[tuple[int, TensorSpec, torch.Tensor]] = []
     for index, (expected, value) in enumerate(zip(spec.inputs, flat_inputs, strict=True)):
-        if expected is None:
+        if isinstance(expected, ScalarSpec):
+            if isinstance(value, torch.Tensor) or type(value) is not type(expected.value) or value != expected.value:
+                raise AOTIInvariantError(
+                    "input_value",
+                    side="input",
+                    index=index,
+                    name=expected.name,
+                    expected=f"{expected.value!r}",
+                    actual=f"{value!r}",
+                    detail=f"compiled for {expected.name}={expected.value!r}: this argument was baked into the "
+                    "package at export; export again with the new value (or make it a tensor)",
+                )
             continue
         if not isinstance(value, torch.Tensor):
             raise AOTIInvariantError(
@@ -154,13 +263,17 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
     # solved for its root.
     for index, expected, value in tensors:
         if len(value.shape) != len(expected.shape):
-            raise _shape_error(index, expected, value, f"rank {len(expected.shape)} expected")
+            raise _shape_error(spec, index, expected, value, f"rank {len(expected.shape)} expected")
         for axis, (want, got) in enumerate(zip(expected.shape, value.shape, strict=True)):
             if isinstance(want, sympy.Symbol):
                 previous = bound.setdefault(want, int(got))
                 if previous != got:
                     raise _shape_error(
-                        index, expected, value, f"dim {axis} is {want}, already bound to {previous} by another input"
+                        spec,
+                        index,
+                        expected,
+                        value,
+                        f"dim {axis} is {spec.named(want)}, already bound to {previous} by another input",
                     )
     for _, expected, value in tensors:
         for axis, want in enumerate(expected.shape):
@@ -170,31 +283,79 @@ def check_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.de
         for axis, (want, got) in enumerate(zip(expected.shape, value.shape, strict=True)):
             if isinstance(want, int):
                 if want != got:
-                    raise _shape_error(index, expected, value, f"dim {axis} is static {want}")
+                    raise _shape_error(spec, index, expected, value, f"dim {axis} is static {want}")
                 continue
             evaluated = want.subs(bound)
             if evaluated.is_number and int(evaluated) != got:
-                raise _shape_error(index, expected, value, f"dim {axis} is {want} = {evaluated}")
+                raise _shape_error(spec, index, expected, value, f"dim {axis} is {spec.named(want)} = {evaluated}")
             for expr in (want, *want.free_symbols):
                 lo, hi = spec.ranges.get(expr, (0, None))
                 current = expr.subs(bound)
                 if current.is_number and (int(current) < lo or (hi is not None and int(current) > hi)):
                     raise _shape_error(
+                        spec,
                         index,
                         expected,
                         value,
-                        f"dim {axis} is {want}, {expr}={current} outside {_range_text(expr, spec.ranges)}",
+                        f"dim {axis} is {spec.named(want)}, {spec.named(expr)}={current} outside "
+                        f"{_range_text(expr, spec.ranges)}",
                     )
-    return bound
+
+    run_with = list(flat_inputs)
+    for index, expected, value in tensors:
+        compiled_stride = _compiled_stride(expected, value, bound)
+        if compiled_stride is not None:
+            if not restride:
+                raise AOTIInvariantError(
+                    "input_stride",
+                    side="input",
+                    index=index,
+                    name=expected.name,
+                    expected=_fmt_stride(compiled_stride),
+                    actual=_fmt_stride(value.stride()),
+                    detail="the package reads this input with the strides it was compiled for (a transposed, "
+                    f"sliced or expanded view would be read wrongly); pass {expected.name}.contiguous(), or mark "
+                    "the test @pytest.mark.aoti(restride_inputs=True) to have a copy passed",
+                )
+            run_with[index] = torch.empty_strided(
+                value.shape, compiled_stride, dtype=value.dtype, device=value.device
+            ).copy_(value)
+        if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
+            _check_finite("input", index, expected.name, value)
+    return bound, run_with
 
 
-def _shape_error(index: int, expected: TensorSpec, value: torch.Tensor, detail: str) -> AOTIInvariantError:
+def _compiled_stride(
+    expected: TensorSpec, value: torch.Tensor, bound: dict[sympy.Symbol, int]
+) -> tuple[int, ...] | None:
+    """The strides the package was compiled for, when ``value``'s differ from them in a dim that is read (size > 1);
+    None when they agree (or cannot be evaluated)."""
+    if value.numel() == 0:
+        return None
+    compiled: list[int] = []
+    for want in expected.stride:
+        evaluated = want if isinstance(want, int) else want.subs(bound)
+        if not getattr(evaluated, "is_number", True):
+            return None
+        compiled.append(int(evaluated))
+    differs = any(
+        size > 1 and want != got for size, want, got in zip(value.shape, compiled, value.stride(), strict=True)
+    )
+    return tuple(compiled) if differs else None
+
+
+def _shape_error(
+    spec: ProgramSpec, index: int, expected: TensorSpec, value: torch.Tensor, detail: str
+) -> AOTIInvariantError:
     return AOTIInvariantError(
         "input_shape",
         side="input",
         index=index,
         name=expected.name,
-        expected=_fmt_shape(expected.shape),
+        expected="("
+        + ", ".join(spec.named(d) for d in expected.shape)
+        + ("," if len(expected.shape) == 1 else "")
+        + ")",
         actual=_fmt_shape(tuple(value.shape)),
         detail=detail,
     )
@@ -249,10 +410,10 @@ def check_outputs(
                 actual=_fmt_shape(tuple(value.shape)),
             )
         if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
-            _check_finite(index, value)
+            _check_finite("output", index, None, value)
 
 
-def _check_finite(index: int, value: torch.Tensor) -> None:
+def _check_finite(side: Literal["input", "output"], index: int, name: str | None, value: torch.Tensor) -> None:
     __tracebackhide__ = True
     bad = ~torch.isfinite(value)
     count = int(bad.sum().item())
@@ -265,11 +426,16 @@ def _check_finite(index: int, value: torch.Tensor) -> None:
     if bool(torch.isinf(value).any()):
         kinds.append("Inf")
     raise AOTIInvariantError(
-        "output_nonfinite",
-        side="output",
+        "input_nonfinite" if side == "input" else "output_nonfinite",
+        side=side,
         index=index,
-        name=None,
+        name=name,
         expected="finite values",
         actual=f"{count} {'/'.join(kinds)} value(s) of {value.numel()}",
-        detail=f"first at index {first}: {value[first].item()}",
+        detail=f"first at index {first}: {value[first].item()}"
+        + (
+            "; mark the test @pytest.mark.aoti(allow_nonfinite=True) if NaN/Inf inputs are intended"
+            if side == "input"
+            else ""
+        ),
     )

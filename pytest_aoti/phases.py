@@ -1,6 +1,8 @@
 """Phase markers a child process writes so the parent knows where it died (export, compile, load, run).
 
-Written straight to file descriptor 2, unbuffered, so they survive a crash; only inside a pytest-aoti child.
+Each marker goes to the child's phase file (``PYTEST_AOTI_PHASE_FILE``, opened and closed per write, so it survives
+a crash whatever pytest's output capture does) and to file descriptor 2, so it also sits in the child's log between
+the printer's kernel lines. Only inside a pytest-aoti child.
 """
 
 from __future__ import annotations
@@ -9,14 +11,21 @@ import os
 import re
 
 CHILD_ENV = "PYTEST_AOTI_CHILD"
+PHASE_FILE_ENV = "PYTEST_AOTI_PHASE_FILE"
 _PREFIX = "[pytest-aoti] phase: "
 _PHASE_LINE = re.compile(r"^\[pytest-aoti\] phase: (?P<phase>\w+)(?: (?P<detail>.*))?$", re.MULTILINE)
 
 
 def mark(phase: str, detail: str = "") -> None:
-    if os.environ.get(CHILD_ENV):
-        # Leading newline: the printer's last line may lack one, and the marker must start its own line.
-        os.write(2, f"\n{_PREFIX}{phase}{' ' + detail if detail else ''}\n".encode())
+    if not os.environ.get(CHILD_ENV):
+        return
+    line = f"{_PREFIX}{phase}{' ' + detail if detail else ''}\n"
+    phase_file = os.environ.get(PHASE_FILE_ENV)
+    if phase_file:
+        with open(phase_file, "a") as stream:
+            stream.write(line)
+    # Leading newline: the printer's last line may lack one, and the marker must start its own line.
+    os.write(2, ("\n" + line).encode())
 
 
 def last_phase(log: str) -> str | None:

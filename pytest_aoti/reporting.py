@@ -1,14 +1,56 @@
-"""Turning a debug verdict into what pytest shows: a report section, JUnit properties, terminal summary lines."""
+"""The one renderer: a verdict's headline, report section, JUnit properties and summary lines; an isolated test's
+reports; the cache line. Nothing else formats what pytest-aoti shows."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun
-from pytest_aoti.debug import FILTER_ENV, LOAD_SEGFAULT_HINT, PRINTER_ENV, Verdict
+from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
 
 SECTION_TITLE = "aoti debug rerun"
+ISOLATION_TITLE = "aoti isolation"
+LOAD_SEGFAULT_HINT = (
+    "the process crashed while loading the AOTI package. If this is a segfault in std::regex / parse_device_str, "
+    "the package's .so carries its own libstdc++ locale code that clashes with the process's: run with "
+    "LD_PRELOAD=libstdc++.so.6 (or the path of your libstdc++.so.6)"
+)
+
+
+def _where(stats: kernel_log.TensorStats) -> str:
+    if stats.kernel is None:
+        return f"model input {stats.arg}"
+    return f"{stats.kernel} ({stats.arg} after launch, mean {stats.mean})"
+
+
+def headline(verdict: Verdict) -> str:
+    if verdict.not_rerun:
+        return f"not rerun: {verdict.not_rerun}"
+    first = verdict.first
+    if first is None:
+        return "no debug stage ran"
+    if not verdict.reproduced:
+        return "did not reproduce in isolation (the failure may depend on earlier tests or on timing)"
+    parts = [first.describe()]
+    if verdict.died_in:
+        parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch)")
+    elif verdict.last_completed and first.outcome == "crashed":
+        parts.append(
+            f"after kernel {verdict.last_completed} completed and before the next kernel launched "
+            "(the crash is in code between compiled kernels: a custom op or an extern call)"
+        )
+    elif verdict.last_completed:
+        parts.append(f"last kernel completed: {verdict.last_completed}")
+    if verdict.phase == "load":
+        parts.append("while loading the package")
+    if verdict.nan_assert:
+        parts.append(f"NaN assert: {verdict.nan_assert}")
+    if verdict.first_nonfinite is not None:
+        parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}")
+    return "; ".join(parts)
 
 
 def _stage_line(run: ChildRun) -> str:
@@ -18,8 +60,10 @@ def _stage_line(run: ChildRun) -> str:
 
 
 def section_text(verdict: Verdict) -> str:
-    lines = [f"verdict: {verdict.headline()}"]
+    lines = [f"verdict: {headline(verdict)}"]
     lines += [_stage_line(run) for run in verdict.stages]
+    if verdict.skipped_stages:
+        lines.append(verdict.skipped_stages)
     if verdict.died_in:
         lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
     elif verdict.last_completed:
@@ -41,7 +85,8 @@ def section_text(verdict: Verdict) -> str:
             lines.append(f"{label}: {signal_text}")
     if verdict.phase:
         lines.append(f"last phase: {verdict.phase}")
-    if verdict.phase == "load" and verdict.stages and verdict.first.outcome == "crashed":
+    first = verdict.first
+    if verdict.phase == "load" and first is not None and first.outcome == "crashed":
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
     for run in verdict.stages:
         lines.append(f"reproduce ({run.stage}): {run.reproduce}")
@@ -54,28 +99,41 @@ def section_text(verdict: Verdict) -> str:
 
 
 def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
+    first = verdict.first
     properties: list[tuple[str, object]] = [
-        ("aoti_rerun_outcome", verdict.first.describe() if verdict.stages else "not run"),
-        ("aoti_verdict", verdict.headline()),
+        ("aoti_rerun_outcome", first.describe() if first is not None else "not rerun"),
+        ("aoti_verdict", headline(verdict)),
     ]
     if verdict.suspect_kernel:
         properties.append(("aoti_suspect_kernel", verdict.suspect_kernel))
     if verdict.first_nonfinite is not None:
         properties.append(("aoti_first_nonfinite_kernel", verdict.first_nonfinite.kernel or "model input"))
-    if verdict.stages and verdict.first.signal_name:
-        properties.append(("aoti_signal", verdict.first.signal_name))
-    if verdict.stages:
-        properties.append(("aoti_reproduce", verdict.first.reproduce))
+    if first is not None and first.signal_name:
+        properties.append(("aoti_signal", first.signal_name))
+    if first is not None:
+        properties.append(("aoti_reproduce", first.reproduce))
     return properties
 
 
-def isolation_crash_text(run: ChildRun) -> str:
-    """The longrepr of a test whose isolated child died: the signal, the phase, and the end of its output."""
-    from pytest_aoti.phases import last_phase
+def verdict_record(verdict: Verdict) -> dict[str, str]:
+    """What a report carries for the terminal summary: plain strings survive pytest's report serialization, so an
+    xdist controller reads them off its workers' reports."""
+    first = verdict.first
+    return {"headline": headline(verdict), "reproduce": first.reproduce if first is not None else ""}
 
-    log = run.log
-    phase = last_phase(log)
+
+def summary_lines(nodeid: str, record: dict[str, str]) -> list[str]:
+    lines = [f"{nodeid}: {record['headline']}"]
+    if record.get("reproduce"):
+        lines.append(f"    reproduce: {record['reproduce']}")
+    return lines
+
+
+def isolation_failure_text(run: ChildRun) -> str:
+    """The longrepr of a test whose isolated child ended without reporting it: how it ended, the phase, the end of
+    its output."""
     lines = [f"{run.describe()} in an isolated subprocess (pytest-aoti)"]
+    phase = run.phase
     if phase:
         lines.append(f"last phase: {phase}")
     if phase == "load" and run.outcome == "crashed":
@@ -83,11 +141,49 @@ def isolation_crash_text(run: ChildRun) -> str:
     lines.append(f"reproduce: {run.reproduce}")
     lines.append(f"full log: {run.log_path}")
     lines.append("--- end of the child's output ---")
-    lines.append("\n".join(log.splitlines()[-40:]))
+    lines.append("\n".join(run.log.splitlines()[-40:]))
     return "\n".join(lines)
 
 
-def cache_summary(stats: list[dict[str, float]]) -> str:
+def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
+    """The child's reports as the parent logs them: each with a note on why it ran isolated, completed with a
+    failed report for the phase the child never reported (it crashed, timed out or exited early)."""
+    note = (ISOLATION_TITLE, f"ran in a fresh subprocess: {reason}")
+    reports = list(run.reports)
+    for report in reports:
+        report.sections.append(note)
+    phases_done = {report.when for report in reports}
+    if "teardown" in phases_done:
+        return reports  # the test was fully reported; whatever ended the child came after it
+    setup = next((report for report in reports if report.when == "setup"), None)
+    if setup is None:
+        died_in = "setup"
+    elif setup.passed and "call" not in phases_done:
+        died_in = "call"
+    else:
+        died_in = "teardown"
+    reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note))
+    if died_in != "teardown":
+        reports.append(_synthetic_report(item, "teardown", "passed", None, note))
+    return reports
+
+
+def _synthetic_report(
+    item: pytest.Item, when: str, outcome: str, longrepr: str | None, note: tuple[str, str]
+) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={name: 1 for name in item.keywords},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr=longrepr,
+        when=when,  # type: ignore[arg-type]
+        sections=[note],
+        user_properties=list(item.user_properties),
+    )
+
+
+def cache_summary(stats: list[dict[str, Any]]) -> str:
     """One line over the cache statistics of this process and of every xdist worker."""
     total = {
         key: sum(s.get(key, 0) for s in stats)
@@ -100,36 +196,3 @@ def cache_summary(stats: list[dict[str, float]]) -> str:
     if total["corrupt"]:
         line += f", {int(total['corrupt'])} corrupt entries recompiled"
     return line
-
-
-def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
-    """The child's reports, completed with a failed report for the phase it died in (crash or timeout)."""
-    reports = list(run.reports)
-    for report in reports:
-        report.sections.append(("aoti isolation", f"ran in a fresh subprocess: {reason}"))
-    if run.outcome in ("crashed", "timed out", "error") and not any(r.failed for r in reports):
-        phases_done = [r.when for r in reports]
-        when = "setup" if not phases_done else ("call" if phases_done[-1] == "setup" else "teardown")
-        reports = [r for r in reports if r.when != "teardown"]
-        if not phases_done:
-            reports.append(_synthetic_report(item, "setup", "passed", None, reason))
-            when = "call"
-        reports.append(_synthetic_report(item, when, "failed", isolation_crash_text(run), reason))
-        if when != "teardown":
-            reports.append(_synthetic_report(item, "teardown", "passed", None, reason))
-    return reports
-
-
-def _synthetic_report(
-    item: pytest.Item, when: str, outcome: str, longrepr: str | None, reason: str
-) -> pytest.TestReport:
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords={name: 1 for name in item.keywords},
-        outcome=outcome,  # type: ignore[arg-type]
-        longrepr=longrepr,
-        when=when,  # type: ignore[arg-type]
-        sections=[("aoti isolation", f"ran in a fresh subprocess: {reason}")],
-        user_properties=list(item.user_properties),
-    )

@@ -4,8 +4,9 @@ and the markers' arguments parsed through real signatures. Precedence: ini < com
 from __future__ import annotations
 
 import inspect
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,10 @@ def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
     cli = config.getoption(dest)
     if cli is not None:
         return cli, f"--aoti-{name}"
-    return config.getini(dest), f"ini option {dest}"
+    try:
+        return config.getini(dest), f"ini option {dest}"
+    except ValueError as error:  # a bool ini value pytest cannot read ("maybe")
+        raise pytest.UsageError(f"ini option {dest}: {error}; expected true or false") from None
 
 
 def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False) -> float:
@@ -87,8 +91,8 @@ def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False)
         value = int(raw) if integer else float(raw)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{source}: expected {what}, got {raw!r}") from None
-    if value <= 0:
-        raise pytest.UsageError(f"{source}: expected {what} greater than 0, got {raw!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise pytest.UsageError(f"{source}: expected {what} greater than 0 (finite), got {raw!r}")
     return value
 
 
@@ -135,7 +139,7 @@ def _aoti_ima_signature(
 def _aoti_isolate_signature(*, timeout: float | None = None) -> None: ...
 
 
-def _aoti_signature(*, allow_nonfinite: bool = False) -> None: ...
+def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = False) -> None: ...
 
 
 MARKERS = {
@@ -144,13 +148,26 @@ MARKERS = {
     "the suspect kernel",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
-    "aoti": "aoti(*, allow_nonfinite=False): per-test settings of the aoti fixtures",
+    "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
+    "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
 }
 _SIGNATURES: dict[str, Callable[..., None]] = {
     "aoti_ima": _aoti_ima_signature,
     "aoti_isolate": _aoti_isolate_signature,
     "aoti": _aoti_signature,
 }
+AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
+
+
+@dataclass(frozen=True)
+class ItemSettings:
+    """One test's settings: the session's, overlaid by its markers. Resolved once, at collection."""
+
+    debug: DebugRequest | None  # how to debug-rerun the test when it fails; None: not at all
+    isolate_reason: str | None  # why the test runs in a fresh subprocess from the start; None: it does not
+    isolate_timeout: float
+    allow_nonfinite: bool
+    restride_inputs: bool
 
 
 def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
@@ -166,39 +183,84 @@ def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
     return dict(bound.arguments)
 
 
-def debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
+def _timeout(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    # bool is an int to Python, and timeout=True is surely not "one second".
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise pytest.UsageError(f"{where}: timeout= expected seconds greater than 0 (finite), got {value!r}")
+    return float(value)
+
+
+def _flag(value: Any, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise pytest.UsageError(f"{where}: {name}= expected True or False, got {value!r}")
+    return value
+
+
+def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
     args = marker_arguments(item, "aoti_ima") or {}
     where = f"{item.nodeid}: @pytest.mark.aoti_ima"
-    timeout = args.get("timeout")
-    env = dict(args.get("env") or {})
-    kernels = args.get("kernels") or ()
-    stages = tuple(args.get("stages") or STAGES)
-    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
-        raise pytest.UsageError(f"{where}: timeout= expected seconds greater than 0, got {timeout!r}")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    timeout = _timeout(args["timeout"], where) if args else None
+    env = args.get("env") or {}
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise pytest.UsageError(f"{where}: env= expected a dict of str to str, got {env!r}")
-    if isinstance(kernels, str) or not all(isinstance(k, str) for k in kernels):
+    kernels = args.get("kernels", ())
+    if isinstance(kernels, str | bytes) or not isinstance(kernels, Iterable):
         raise pytest.UsageError(f"{where}: kernels= expected a list of kernel names, got {kernels!r}")
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown or not stages:
+    kernels = tuple(kernels)
+    if not all(isinstance(k, str) and k for k in kernels):
+        raise pytest.UsageError(f"{where}: kernels= expected a list of kernel names, got {kernels!r}")
+    stages = args.get("stages", STAGES)
+    if isinstance(stages, str) or not isinstance(stages, Iterable):
+        raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
+    stages = tuple(stages)
+    if not stages or any(stage not in STAGES for stage in stages):
         raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
     if "kernels" not in stages and not kernels:
         raise pytest.UsageError(f"{where}: stages=('tensors',) alone needs kernels= to know what to print")
     return DebugRequest(
-        timeout=float(timeout) if timeout is not None else settings.rerun_timeout,
-        env=env,
-        kernels=tuple(kernels),
+        timeout=timeout if timeout is not None else settings.rerun_timeout,
+        env=dict(env),
+        kernels=kernels,
         stages=stages,
     )
 
 
-def isolate_timeout(item: pytest.Item, settings: Settings) -> float:
-    args = marker_arguments(item, "aoti_isolate") or {}
-    timeout = args.get("timeout")
-    if timeout is None:
-        return settings.rerun_timeout
-    if not isinstance(timeout, int | float) or timeout <= 0:
-        raise pytest.UsageError(
-            f"{item.nodeid}: @pytest.mark.aoti_isolate: timeout= expected seconds > 0, got {timeout!r}"
-        )
-    return float(timeout)
+def uses_aoti(item: pytest.Item) -> bool:
+    return bool(AOTI_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
+    """Overlay ``item``'s markers on the session settings; a bad marker argument is a :class:`pytest.UsageError`
+    naming the test, the marker and the argument."""
+    debug = None
+    if item.get_closest_marker("aoti_ima") is not None or (settings.debug and uses_aoti(item)):
+        debug = _debug_request(item, settings)
+    isolate_args = marker_arguments(item, "aoti_isolate")
+    isolate_timeout = _timeout((isolate_args or {}).get("timeout"), f"{item.nodeid}: @pytest.mark.aoti_isolate")
+    isolate_reason = None
+    if isolate_args is not None:
+        isolate_reason = "marked aoti_isolate"
+    elif settings.isolate and uses_aoti(item):
+        isolate_reason = "--aoti-isolate"
+    aoti_args = marker_arguments(item, "aoti") or {}
+    where = f"{item.nodeid}: @pytest.mark.aoti"
+    return ItemSettings(
+        debug=debug,
+        isolate_reason=isolate_reason,
+        isolate_timeout=isolate_timeout if isolate_timeout is not None else settings.rerun_timeout,
+        allow_nonfinite=_flag(aoti_args.get("allow_nonfinite", False), where, "allow_nonfinite"),
+        restride_inputs=_flag(aoti_args.get("restride_inputs", False), where, "restride_inputs"),
+    )
+
+
+settings_key = pytest.StashKey[Settings]()
+_item_settings_key = pytest.StashKey[ItemSettings]()
+
+
+def item_settings(item: pytest.Item) -> ItemSettings:
+    """``item``'s resolved settings, computed once (collection validates them all up front)."""
+    if _item_settings_key not in item.stash:
+        item.stash[_item_settings_key] = resolve_item(item, item.config.stash[settings_key])
+    return item.stash[_item_settings_key]

@@ -18,7 +18,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from pytest_aoti.compiler import CompiledModel
-from pytest_aoti.invariants import ProgramSpec, TensorSpec
+from pytest_aoti.invariants import ProgramSpec, ScalarSpec, TensorSpec
 
 FILLS = ("normal", "zeros", "large", "nan", "inf")
 DEFAULT_UNBOUNDED_SPAN = 64
@@ -67,7 +67,7 @@ def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int) -
 def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int]) -> bool:
     """Every dim expression (derived ones too) evaluates inside its own range."""
     for tensor in spec.inputs:
-        if tensor is None:
+        if not isinstance(tensor, TensorSpec):
             continue
         for dim in tensor.shape:
             if isinstance(dim, int):
@@ -86,7 +86,14 @@ def input_shapes(
 ) -> st.SearchStrategy[tuple[tuple[int, ...] | None, ...]]:
     """Shapes for the flat inputs of ``spec`` (``None`` for non-tensor inputs) that the package accepts."""
     symbols = sorted(
-        {s for t in spec.inputs if t is not None for d in t.shape if not isinstance(d, int) for s in d.free_symbols},
+        {
+            s
+            for t in spec.inputs
+            if isinstance(t, TensorSpec)
+            for d in t.shape
+            if not isinstance(d, int)
+            for s in d.free_symbols
+        },
         key=str,
     )
     per_symbol = []
@@ -103,8 +110,8 @@ def input_shapes(
     return st.tuples(*per_symbol).map(shapes_for)
 
 
-def _shape(tensor: TensorSpec | None, bound: dict[sympy.Symbol, int]) -> tuple[int, ...] | None:
-    if tensor is None:
+def _shape(tensor: TensorSpec | ScalarSpec, bound: dict[sympy.Symbol, int]) -> tuple[int, ...] | None:
+    if not isinstance(tensor, TensorSpec):
         return None
     return tuple(d if isinstance(d, int) else int(d.subs(bound)) for d in tensor.shape)
 
@@ -113,7 +120,7 @@ def _materialize(spec: ProgramSpec, draw: InputDraw, device: torch.device) -> li
     generator = torch.Generator().manual_seed(draw.seed)
     values: list[Any] = []
     for tensor, shape in zip(spec.inputs, draw.shapes, strict=True):
-        if tensor is None or shape is None:
+        if not isinstance(tensor, TensorSpec) or shape is None:
             continue
         values.append(_fill(tensor.dtype, shape, draw.fill, generator).to(device))
     return values

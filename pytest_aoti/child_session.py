@@ -1,0 +1,77 @@
+"""Child side of the process boundary: the pytest session inside a debug or isolation child.
+
+It keeps only the test the parent asked for (by node id, after collection, so the id means exactly what it meant in
+the parent), skips collecting other files, sends every report and warning back as it is made, and makes Hypothesis
+replay the saved failing example instead of searching again. It never reruns or isolates anything itself.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti.child import write_report, write_warning
+from pytest_aoti.errors import failure_kind
+
+
+class ChildSession:
+    def __init__(self, config: pytest.Config, nodeid: str, test_path: str | None, report_file: str | None) -> None:
+        self.config = config
+        self.nodeid = nodeid
+        self.test_path = Path(test_path) if test_path else None
+        self.report_file = report_file
+        _replay_hypothesis_failures_only()
+
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """Collect only the target's file (and the directories on the way to it): a child of a large suite must
+        not import every test module. Package and conftest files are left to pytest."""
+        if self.test_path is None or collection_path.name in ("__init__.py", "conftest.py"):
+            return None
+        if collection_path == self.test_path or collection_path in self.test_path.parents:
+            return None
+        return True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        selected = [item for item in items if item.nodeid == self.nodeid]
+        deselected = [item for item in items if item.nodeid != self.nodeid]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.excinfo is not None:
+            # What kind of failure this was travels with the report: the parent triages debug reruns by it.
+            report.aoti_failure_kind = failure_kind(call.excinfo.value)  # type: ignore[attr-defined]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.report_file:
+            write_report(self.config, report, self.report_file)
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
+        if self.report_file:
+            write_warning(warning_message, when, nodeid, self.report_file)
+
+
+def _replay_hypothesis_failures_only() -> None:
+    """Hypothesis replays the failing example from its database (the parent saved it, same cwd) and searches no
+    further, so the kernel log is about the failing shape."""
+    try:
+        from hypothesis import HealthCheck, Phase, settings
+    except ImportError:
+        return
+    settings.register_profile(
+        "pytest-aoti-child",
+        phases=[Phase.explicit, Phase.reuse],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    settings.load_profile("pytest-aoti-child")

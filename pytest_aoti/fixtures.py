@@ -1,0 +1,203 @@
+"""The fixtures users call (``aoti_device``, ``aoti_compile``, ``aoti_check``, ``aoti_compile_shared``): thin glue
+over :func:`pytest_aoti.compiler.compile_model` / :func:`~pytest_aoti.compiler.check_model`, with the session's
+package cache, packages and their extraction dirs under pytest's tmp dirs, and loaded packages released at the end
+of each test. Registered in every role (parent, xdist worker, child)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_aoti.errors import AOTICompileError, AOTIExportError
+from pytest_aoti.settings import item_settings, settings_key
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.cache import PackageCache
+    from pytest_aoti.compiler import CompiledModel
+
+cache_key = pytest.StashKey["PackageCache | None"]()
+worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
+compiled_key = pytest.StashKey[list["CompiledModel"]]()
+
+
+def session_cache(config: pytest.Config) -> PackageCache | None:
+    if cache_key not in config.stash:
+        settings = config.stash[settings_key]
+        from pytest_aoti.cache import PackageCache
+
+        config.stash[cache_key] = (
+            PackageCache.open(settings.cache_dir, settings.cache_max_bytes) if settings.use_cache else None
+        )
+    return config.stash[cache_key]
+
+
+def cache_stats(config: pytest.Config) -> list[dict[str, Any]]:
+    """This process's cache statistics and, in an xdist controller, its workers'."""
+    cache = config.stash.get(cache_key, None)
+    own = [cache.stats.as_dict()] if cache is not None else []
+    return [*config.stash.get(worker_stats_key, []), *own]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device; skips the test when the CUDA device is absent."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip(f"aoti_device {name!r}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            pytest.skip(f"aoti_device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
+
+
+@pytest.fixture(scope="session")
+def aoti_device(pytestconfig: pytest.Config) -> torch.device:
+    """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``."""
+    return resolve_device(pytestconfig.stash[settings_key].device)
+
+
+def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
+    """Export/compile failures fail the test with the one-line summary first and the full traceback after."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> CompiledModel:
+        __tracebackhide__ = True
+        try:
+            return build(*args, **kwargs)
+        except (AOTIExportError, AOTICompileError) as error:
+            from pytest_aoti.compiler import full_traceback
+
+            message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
+        # Outside the except block, so pytest does not print the chain again before the summary line.
+        pytest.fail(message, pytrace=False)
+
+    return wrapper
+
+
+def _seed() -> None:
+    """Seed torch at setup so a model built with random weights is the same every run and hits the cache."""
+    import torch
+
+    torch.manual_seed(0)
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, value)
+
+
+def _builder(
+    core: Callable[..., CompiledModel],
+    config: pytest.Config,
+    device: torch.device,
+    package_dir: Path,
+    record: list[CompiledModel],
+    *,
+    allow_nonfinite: bool = False,
+    restride_inputs: bool = False,
+) -> Callable[..., CompiledModel]:
+    """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
+    input moved to ``device``, the session's cache, and build failures turned into test failures."""
+    from pytest_aoti.compiler import as_module
+
+    @_fail_on_build_error
+    def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        if "more_inputs" in options:
+            options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
+        options.setdefault("allow_nonfinite", allow_nonfinite)
+        options.setdefault("restride_inputs", restride_inputs)
+        compiled = core(
+            as_module(model).to(device),
+            _moved(args, device),
+            _moved(kwargs, device),
+            package_dir=package_dir,
+            cache=session_cache(config),
+            **options,
+        )
+        record.append(compiled)
+        return compiled
+
+    return build
+
+
+def _per_test_builder(
+    core: Callable[..., CompiledModel], request: pytest.FixtureRequest, device: torch.device, tmp_path: Path
+) -> Generator[Callable[..., CompiledModel], None, None]:
+    """A builder for one test: packages in its tmp dir, its ``aoti`` marker's settings; the packages it loaded are
+    released when the test ends (their extraction dirs go with them)."""
+    _seed()
+    resolved = item_settings(request.node)
+    record = request.node.stash.setdefault(compiled_key, [])
+    yield _builder(
+        core,
+        request.config,
+        device,
+        tmp_path / "aoti-packages",
+        record,
+        allow_nonfinite=resolved.allow_nonfinite,
+        restride_inputs=resolved.restride_inputs,
+    )
+    for compiled in record:
+        compiled.release()
+
+
+@pytest.fixture
+def aoti_compile(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
+) -> Generator[Callable[..., CompiledModel], None, None]:
+    """``aoti_compile(model, args, kwargs=None, *, dynamic_shapes=None, inductor_configs=None, strict=False)``:
+    move the model and inputs to ``aoti_device``, export, compile (or take from the cache), load; the result checks
+    its invariants on every call."""
+    from pytest_aoti.compiler import compile_model
+
+    yield from _per_test_builder(compile_model, request, aoti_device, tmp_path)
+
+
+@pytest.fixture
+def aoti_check(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
+) -> Generator[Callable[..., CompiledModel], None, None]:
+    """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, ...)``: compile as
+    ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
+    from pytest_aoti.compiler import check_model
+
+    yield from _per_test_builder(check_model, request, aoti_device, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def aoti_compile_shared(
+    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path_factory: pytest.TempPathFactory
+) -> Generator[Callable[..., CompiledModel], None, None]:
+    """``aoti_compile`` for module-scoped fixtures: compile once, use in many tests or Hypothesis examples
+    (function-scoped fixtures and ``@given`` do not mix). Released when the module's tests are done."""
+    from pytest_aoti.compiler import compile_model
+
+    _seed()
+    record: list[CompiledModel] = []
+    yield _builder(compile_model, request.config, aoti_device, tmp_path_factory.mktemp("aoti-packages"), record)
+    for compiled in record:
+        compiled.release()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    compiled = item.stash.get(compiled_key, [])
+    if report.when == "teardown" and compiled:
+        report.user_properties = [
+            *report.user_properties,
+            ("aoti_packages", ", ".join(str(c.package_path) for c in compiled)),
+            ("aoti_from_cache", ", ".join(str(c.from_cache) for c in compiled)),
+        ]
+    return report

@@ -1,0 +1,258 @@
+"""Parent side: the pytest session the user started (or one of its xdist workers).
+
+It runs isolated tests in children, debug-reruns failures, keeps later CUDA tests away from a poisoned context, and
+writes the ``aoti`` terminal summary from the reports pytest keeps. The xdist controller's part (tests that crash
+their worker) lives in :class:`XdistController`, registered only where pytest-xdist is.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from collections.abc import Generator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.child import ChildRun, replay_warning, run_child
+from pytest_aoti.debug import debug_rerun, not_rerun_reason
+from pytest_aoti.errors import failure_kind
+from pytest_aoti.reporting import (
+    SECTION_TITLE,
+    isolated_reports,
+    section_text,
+    summary_lines,
+    user_properties,
+    verdict_record,
+)
+from pytest_aoti.settings import DebugRequest, Settings, item_settings, uses_aoti
+
+poisoned_by_key = pytest.StashKey[str]()
+children_dir_key = pytest.StashKey[Path]()
+
+
+def children_dir(config: pytest.Config) -> Path:
+    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies."""
+    if children_dir_key not in config.stash:
+        # pytest creates the session's TempPathFactory at configure time; there is no public handle on it outside
+        # fixtures, and the isolated test never reaches its fixtures in this process.
+        factory = getattr(config, "_tmp_path_factory", None)
+        if factory is not None:
+            config.stash[children_dir_key] = factory.mktemp("aoti-children", numbered=False)
+        else:  # -p no:tmpdir
+            config.stash[children_dir_key] = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
+    return config.stash[children_dir_key]
+
+
+def _workdir(config: pytest.Config, nodeid: str) -> Path:
+    safe = re.sub(r"[^\w.-]+", "_", nodeid)[-100:]
+    return Path(tempfile.mkdtemp(prefix=safe + "-", dir=children_dir(config)))
+
+
+def _test_path(config: pytest.Config, nodeid: str) -> Path:
+    """The file a node id names (its part before the first ``::``, relative to the rootdir)."""
+    return config.rootpath / nodeid.split("::", 1)[0]
+
+
+def attach_debug(
+    config: pytest.Config,
+    report: pytest.TestReport,
+    request: DebugRequest,
+    *,
+    test_path: Path | None,
+    failure: str | None,
+    isolated_run: ChildRun | None = None,
+) -> list[tuple[str, object]]:
+    """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
+    report. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
+    reads ``user_properties`` from that one only."""
+    from pytest_aoti.debug import Verdict
+
+    reason = not_rerun_reason(failure, isolated_run)
+    if reason is not None:
+        verdict = Verdict(report.nodeid, not_rerun=reason)
+    else:
+        verdict = debug_rerun(
+            config,
+            report.nodeid,
+            test_path=test_path,
+            workdir=_workdir(config, report.nodeid),
+            timeout=request.timeout,
+            extra_env=request.env,
+            kernels=request.kernels,
+            stages=request.stages,
+            nonfinite_failure=failure == "output_nonfinite",
+        )
+    properties = user_properties(verdict)
+    report.sections.append((SECTION_TITLE, section_text(verdict)))
+    report.user_properties = [*report.user_properties, *properties]
+    report.aoti_verdict = verdict_record(verdict)  # type: ignore[attr-defined]
+    return properties
+
+
+class ParentSession:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+
+    def _isolate_reason(self, item: pytest.Item) -> str | None:
+        reason = item_settings(item).isolate_reason
+        if reason is not None:
+            return reason
+        poisoned_by = self.config.stash.get(poisoned_by_key, None)
+        if poisoned_by is not None and uses_aoti(item) and self.settings.device != "cpu":
+            return f"the CUDA context was poisoned by {poisoned_by}"
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        reason = self._isolate_reason(item)
+        if reason is None:
+            return None
+        resolved = item_settings(item)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        run = run_child(
+            self.config,
+            item.nodeid,
+            test_path=item.path,
+            stage="isolate",
+            env={},
+            timeout=resolved.isolate_timeout,
+            workdir=_workdir(self.config, item.nodeid),
+            capture=True,
+        )
+        for record in run.warnings:
+            replay_warning(self.config, record)
+        properties: list[tuple[str, object]] = []
+        for report in isolated_reports(item, run, reason):
+            if report.failed and report.when in ("setup", "call") and resolved.debug is not None:
+                properties = attach_debug(
+                    self.config,
+                    report,
+                    resolved.debug,
+                    test_path=item.path,
+                    failure=getattr(report, "aoti_failure_kind", None),
+                    isolated_run=run,
+                )
+            if report.when == "teardown":
+                report.user_properties = [*report.user_properties, *properties]
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        request = item_settings(item).debug
+        if request is not None and report.when == "setup":
+            # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
+            report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
+        if report.failed and report.when in ("setup", "call"):
+            failure = failure_kind(call.excinfo.value) if call.excinfo is not None else None
+            report.aoti_failure_kind = failure  # type: ignore[attr-defined]
+            self._check_cuda_context(item, report)
+            if request is not None:
+                item.user_properties.extend(
+                    attach_debug(self.config, report, request, test_path=item.path, failure=failure)
+                )
+        return report
+
+    def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the
+        context for every later test, which then runs isolated instead of failing with the inherited error."""
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return
+        from pytest_aoti.compiler import cuda_context_problem
+
+        problem = cuda_context_problem()
+        if problem is not None:
+            self.config.stash[poisoned_by_key] = item.nodeid
+            report.aoti_poisoned_cuda = True  # type: ignore[attr-defined]
+            report.sections.append(
+                (
+                    "aoti cuda context",
+                    f"the CUDA context of this process is unusable after this test: {problem}\n"
+                    "later tests that use CUDA run in fresh subprocesses (pytest-aoti).",
+                )
+            )
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        from pytest_aoti.fixtures import cache_stats
+        from pytest_aoti.reporting import cache_summary
+
+        verdicts: list[str] = []
+        poisoned: list[str] = []
+        seen: set[tuple[str, str]] = set()
+        for reports in terminalreporter.stats.values():
+            for report in reports:
+                record = getattr(report, "aoti_verdict", None)
+                if record and (report.nodeid, record["headline"]) not in seen:
+                    seen.add((report.nodeid, record["headline"]))
+                    verdicts += summary_lines(report.nodeid, record)
+                if getattr(report, "aoti_poisoned_cuda", False):
+                    poisoned.append(
+                        f"CUDA context poisoned by {report.nodeid}: later CUDA tests of that process ran in fresh "
+                        "subprocesses"
+                    )
+        stats = cache_stats(config)
+        if not verdicts and not poisoned and not stats:
+            return
+        terminalreporter.write_sep("=", "aoti")
+        for line in [*verdicts, *poisoned]:
+            terminalreporter.write_line(line)
+        if stats:
+            terminalreporter.write_line(cache_summary(stats))
+        if children_dir_key in config.stash:
+            terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}")
+
+
+class XdistController:
+    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, and the workers'
+    cache statistics for the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.armed: dict[str, dict[str, Any]] = {}
+        self.crash_properties: dict[str, list[tuple[str, object]]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        request = getattr(report, "aoti_debug_request", None)
+        if request is not None:
+            self.armed[report.nodeid] = request
+        properties = self.crash_properties.pop(report.nodeid, None)
+        if properties is not None:
+            # xdist logs a crashed test as one report and never a teardown. junitxml reads properties from the
+            # teardown report and keys its test cases by (node id, worker node): give it that teardown, for the
+            # same test case, so the test stays one <testcase> with its error and its properties.
+            teardown = pytest.TestReport(
+                report.nodeid, report.location, {}, "passed", None, "teardown", user_properties=properties
+            )
+            teardown.node = getattr(report, "node", None)  # type: ignore[attr-defined]
+            self.config.hook.pytest_runtest_logreport(report=teardown)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        armed = self.armed.get(crashitem)
+        if armed is None:
+            return
+        request = DebugRequest(
+            timeout=armed["timeout"], env=armed["env"], kernels=tuple(armed["kernels"]), stages=tuple(armed["stages"])
+        )
+        self.crash_properties[crashitem] = attach_debug(
+            self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None
+        )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from pytest_aoti.fixtures import worker_stats_key
+
+        stats = getattr(node, "workeroutput", {}).get("aoti_cache_stats")
+        if stats:
+            self.config.stash.setdefault(worker_stats_key, []).append(stats)
