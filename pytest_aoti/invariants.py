@@ -179,7 +179,7 @@ def flatten_inputs(in_spec: TreeSpec, args: Sequence[Any], kwargs: dict[str, Any
     """The flat inputs of a call, in the order the package reads them, after checking their structure against the
     exported ``in_spec`` (``(args, kwargs)``)."""
     __tracebackhide__ = True
-    args_spec, kwargs_spec = in__children(spec)
+    args_spec, kwargs_spec = _children(in_spec)
     leaves = _leaves_like(args_spec, tuple(args), "args")
     if kwargs_spec.context or kwargs:
         leaves += _leaves_like(kwargs_spec, dict(kwargs), "kwargs")

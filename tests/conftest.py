@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 MODELS_SOURCE = (Path(__file__).parent / "aoti_models.py").read_text()
 
 
-def _plugin_args() -> list[str]:
+def plugin_args() -> list[str]:
     """``-p pytest_aoti.plugin`` where the package is importable but not installed (the GPU machine)."""
     installed = any(ep.value == "pytest_aoti.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
     return [] if installed else ["-p", "pytest_aoti.plugin"]
@@ -17,8 +18,9 @@ def _plugin_args() -> list[str]:
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One package cache for all xdist workers of a run (beside their base temps): identical models compile once;
-    the cache's file lock makes concurrent workers wait for the first compile."""
+    """One package cache for all xdist workers of a run (beside their base temps): identical models compile once
+    (debug builds too: they key on the debug environment); the cache's file lock makes concurrent workers wait for
+    the first compile."""
     cache = tmp_path_factory.getbasetemp().parent / "aoti-shared-cache"
     cache.mkdir(mode=0o700, exist_ok=True)
     return cache
@@ -28,12 +30,31 @@ RunPytest = Callable[..., pytest.RunResult]
 
 
 @pytest.fixture
-def run_pytest(pytester: pytest.Pytester, shared_cache: Path) -> RunPytest:
-    """Run pytest in a subprocess in the pytester dir, as a user would, with the shared cache and the test models."""
+def run_pytest(pytester: pytest.Pytester, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> RunPytest:
+    """Run pytest in a subprocess, as a user would (from ``cwd``, default the pytester dir), with the shared cache;
+    the test models are in the pytester dir as ``aoti_models.py``."""
     pytester.makepyfile(aoti_models=MODELS_SOURCE)
 
-    def run(*args: str, cache: Path | None = shared_cache) -> pytest.RunResult:
+    def run(*args: str, cache: Path | None = shared_cache, cwd: Path | None = None) -> pytest.RunResult:
         cache_args = [f"--aoti-cache-dir={cache}"] if cache is not None else []
-        return pytester.runpytest_subprocess(*_plugin_args(), "-p", "no:cacheprovider", *cache_args, *args, timeout=900)
+        with monkeypatch.context() as patch:
+            if cwd is not None:
+                patch.chdir(cwd)
+            return pytester.runpytest_subprocess(
+                *plugin_args(), "-p", "no:cacheprovider", *cache_args, *args, timeout=900
+            )
 
     return run
+
+
+def junit_cases(path: Path) -> dict[str, dict[str, object]]:
+    """Each ``<testcase>`` of a JUnit file by name: its outcome tags and properties. Asserts every name occurs once."""
+    cases: dict[str, dict[str, object]] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        assert name not in cases, f"{name} appears twice in {path}"
+        cases[name] = {
+            "outcomes": sorted(child.tag for child in case if child.tag in ("failure", "error", "skipped")),
+            "properties": {p.get("name"): p.get("value") for p in case.iter("property")},
+        }
+    return cases
