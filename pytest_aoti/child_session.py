@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,15 @@ class ChildSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.report_file:
             write_report(self.config, report, self.report_file)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The child's own cache line, in its log: whether a debug stage loaded its package or compiled it."""
+        from pytest_aoti.fixtures import cache_stats
+        from pytest_aoti.reporting import cache_summary
+
+        stats = cache_stats(self.config)
+        if stats:
+            terminalreporter.write_line(cache_summary(stats))
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
         if self.report_file:

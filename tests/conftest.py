@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import getpass
 import importlib.metadata
+import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -58,3 +60,19 @@ def junit_cases(path: Path) -> dict[str, dict[str, object]]:
             "properties": {p.get("name"): p.get("value") for p in case.iter("property")},
         }
     return cases
+
+
+@pytest.fixture
+def watched_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh TMPDIR for the pytest runs of one test, holding only a link to Inductor's warm per-user cache: what
+    else is in it afterwards was left behind."""
+    tmp = tmp_path_factory.mktemp("watched-tmp")
+    inductor_cache = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    inductor_cache.mkdir(exist_ok=True)
+    (tmp / inductor_cache.name).symlink_to(inductor_cache)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
+
+
+def left_behind(tmp: Path) -> list[str]:
+    return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))

@@ -12,7 +12,7 @@ from tests.conftest import RunPytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_aoti.cache import AOTICacheWarning, PackageCache, package_key  # noqa: E402
+from pytest_aoti.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
 from pytest_aoti.compiler import compile_model  # noqa: E402
 
 
@@ -64,6 +64,56 @@ def test_debug_env_change_gives_a_new_key(monkeypatch: pytest.MonkeyPatch, varia
     assert package_key(ep, {}, CPU) != before
 
 
+MODEL_FILE = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):{padding}
+        y = self.linear(x)
+        return y.{activation}()
+"""
+
+
+def _key_of_checkout(directory: Path, *, padding: str = "", activation: str = "tanh") -> str:
+    """Export the model defined in ``directory/model.py`` (a checkout of the user's code) and key it."""
+    import importlib.util
+
+    directory.mkdir(parents=True)
+    source = directory / "model.py"
+    source.write_text(MODEL_FILE.format(padding=padding, activation=activation))
+    spec = importlib.util.spec_from_file_location(f"model_{directory.name}", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    return package_key(torch.export.export(module.Model(), (torch.randn(3, 4),)), {}, CPU)
+
+
+def test_two_checkouts_and_moved_lines_give_the_same_key(tmp_path: Path) -> None:
+    first = _key_of_checkout(tmp_path / "checkout-a")
+    assert _key_of_checkout(tmp_path / "elsewhere" / "checkout-b") == first
+    assert _key_of_checkout(tmp_path / "edited", padding="\n        # a comment\n\n") == first
+
+
+def test_an_op_change_gives_a_new_key(tmp_path: Path) -> None:
+    assert _key_of_checkout(tmp_path / "a") != _key_of_checkout(tmp_path / "b", activation="sigmoid")
+
+
+def test_inductor_config_patched_in_python_gives_a_new_key() -> None:
+    import torch._inductor.config as inductor_config
+
+    ep = _export(_seeded())
+    before = package_key(ep, {}, CPU)
+    with inductor_config.patch(max_autotune=True):
+        assert package_key(ep, {}, CPU) != before
+    assert package_key(ep, {}, CPU) == before
+
+
 def test_cache_location_changes_no_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ep = _export(_seeded())
     before = package_key(ep, {}, CPU)
@@ -101,6 +151,60 @@ def test_corrupt_entry_is_a_miss_and_removed(tmp_path: Path, built_package: Path
     assert cache.lookup("e" * 64) is None
     assert not stored.exists()
     assert (cache.stats.hits, cache.stats.misses, cache.stats.corrupt) == (1, 1, 1)
+
+
+def _project(root: Path) -> list[Path]:
+    """A user's project: what a cache must never delete."""
+    files = [root / ".git" / "HEAD", root / "src" / "model.py", root / "artifacts" / "shipped_model.pt2"]
+    files.append(root / "artifacts" / "shipped_model.json")
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"user data")
+    return files
+
+
+def test_an_unmarked_project_dir_is_never_cleared(tmp_path: Path) -> None:
+    files = _project(tmp_path)
+    entry_shaped = tmp_path / "ab" / ("f" * 64 + ".pt2")  # named like an entry, but the dir is not marked
+    entry_shaped.parent.mkdir()
+    entry_shaped.write_bytes(b"user data")
+    files.append(entry_shaped)
+    with pytest.warns(AOTICacheWarning, match="is not a pytest-aoti cache"):
+        assert clear_cache_dir(tmp_path) == 0
+    assert all(path.read_bytes() == b"user data" for path in files)
+    with pytest.warns(AOTICacheWarning, match="holds files that are not pytest-aoti's"):
+        assert PackageCache.open(tmp_path, max_bytes=1) is None
+    assert not (tmp_path / MARKER_FILE).exists()
+
+
+def test_clear_and_eviction_touch_only_entries(tmp_path: Path, built_package: Path) -> None:
+    cache = PackageCache.open(tmp_path / "cache", max_bytes=1)  # a tiny cap: every older entry goes
+    assert cache is not None and (tmp_path / "cache" / MARKER_FILE).is_file()
+    user_files = _project(tmp_path / "cache")
+    cache.store("a" * 64, built_package, compile_seconds=1.0)
+    cache.store("b" * 64, built_package, compile_seconds=1.0)
+    assert sorted(p.name for p in (tmp_path / "cache").glob("*/*.pt2") if p.parent.name in ("aa", "bb")) == [
+        "b" * 64 + ".pt2"
+    ]
+    assert clear_cache_dir(tmp_path / "cache") == 1
+    assert not list((tmp_path / "cache").glob("bb/*"))
+    assert all(path.read_bytes() == b"user data" for path in user_files)
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_an_impossible_cache_dir_warns_and_runs_without(tmp_path: Path, kind: str) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    root = blocker if kind == "a file" else blocker / "cache"
+    with pytest.warns(AOTICacheWarning, match="not using the package cache"):
+        assert PackageCache.open(root, max_bytes=1 << 30) is None
+
+
+def test_a_cache_dir_from_before_the_marker_is_adopted(tmp_path: Path) -> None:
+    (tmp_path / "cache" / "ab").mkdir(parents=True)
+    (tmp_path / "cache" / "ab" / ("a" * 64 + ".json")).write_text("{}")
+    assert PackageCache.open(tmp_path / "cache", max_bytes=1 << 30) is not None
+    assert (tmp_path / "cache" / MARKER_FILE).is_file()
 
 
 def test_cache_dir_others_can_write_is_refused(tmp_path: Path) -> None:
@@ -176,3 +280,43 @@ def test_two_processes_compile_once(pytester: pytest.Pytester, tmp_path: Path) -
     flags = sorted(line for out in outputs for line in out.splitlines() if line.startswith("FROM_CACHE"))
     assert flags == ["FROM_CACHE False", "FROM_CACHE True"]
     assert len(list(cache.glob("*/*.pt2"))) == 1
+
+
+def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    files = _project(pytester.path)
+    pytester.makepyfile(test_user=USER_TEST)
+    result = run_pytest("-s", "--aoti-cache-dir=.", "--aoti-cache-clear", "--aoti-cache-max-mb=1", cache=None)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*FROM_CACHE False*"])
+    text = result.stdout.str() + result.stderr.str()
+    assert "--aoti-cache-clear:" in text and "is not a pytest-aoti cache" in text
+    assert "not using the package cache at" in text and "compiling without a cache" in text
+    assert all(path.read_bytes() == b"user data" for path in files)
+    assert not (pytester.path / MARKER_FILE).exists()
+
+
+def test_repeated_debug_run_loads_its_debug_packages(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
+) -> None:
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+        import torch
+        from aoti_models import LogModel
+
+        @pytest.mark.aoti_ima
+        def test_nan(aoti_compile):
+            aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
+        """
+    )
+    cache = tmp_path / "debug-cache"
+    first = run_pytest("-p", "no:logging", cache=cache)
+    first.assert_outcomes(failed=1)
+    # The normal package and one per debug stage (the stages' codegen env differs, so do their keys).
+    assert len(list(cache.glob("*/*.pt2"))) == 3
+    assert first.stdout.str().count("aoti cache: 0 hits, 1 misses") == 3  # the parent and each stage's child
+    second = run_pytest("-p", "no:logging", cache=cache)
+    second.assert_outcomes(failed=1)
+    assert second.stdout.str().count("aoti cache: 1 hits, 0 misses") == 3
+    assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in second.stdout.str()
+    assert len(list(cache.glob("*/*.pt2"))) == 3

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, plugin_args
+from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args
 
 CRASH_TESTS = """
 import pytest
@@ -37,7 +37,9 @@ def test_passes_after():
 KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
 
 
-def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
     """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit holds every test once: the
     crashed one as an error carrying its aoti_* properties."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
@@ -127,9 +129,13 @@ def test_input_invariant(aoti_compile):
 """
 
 
-def test_an_isolated_test_reports_like_an_in_process_one(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+def test_an_isolated_test_reports_like_an_in_process_one(
+    pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
+) -> None:
     pytester.makepyfile(test_user=ISOLATED_TESTS)
     result = run_pytest("--aoti-isolate", "--aoti-debug", "-p", "no:logging", "-rA", "--junitxml=report.xml")
+    # Children (one killed at its timeout) leave nothing in TMPDIR: their temp dirs live under pytest's basetemp.
+    assert left_behind(watched_tmpdir) == []
     result.assert_outcomes(failed=4, skipped=1, xfailed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()

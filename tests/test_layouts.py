@@ -57,9 +57,7 @@ def test_subdir_ini_above_package_class_ids_options_addopts(
     tests.mkdir()
     (tests / "__init__.py").write_text("")
     (tests / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    parser.addoption('--scale')\n"
-        "    parser.addoption('--flavour')\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--scale')\n    parser.addoption('--flavour')\n"
     )
     (tests / "test_pkg.py").write_text(
         """
@@ -96,8 +94,16 @@ def test_healthy(aoti_check):
     text = result.stdout.str()
     _assert_crash_verdict(text)
     assert text.count("nonfinite invariant violated") >= 2
-    assert len(re.findall(r"verdict: failed: .*output 0: nonfinite invariant violated.*; last kernel completed: "
-                          r"cpp_fused_log_mul_0", text)) == 2, text
+    assert (
+        len(
+            re.findall(
+                r"verdict: failed: .*output 0: nonfinite invariant violated.*; last kernel completed: "
+                r"cpp_fused_log_mul_0",
+                text,
+            )
+        )
+        == 2
+    ), text
     cases = junit_cases(root / "report.xml")
     # pytest escapes non-ASCII ids (the child found "test_nan[\\xfc]" by the same id).
     assert set(cases) == {"test_crash", "test_nan[a b::c [d]]", "test_nan[\\xfc]", "test_healthy"}
