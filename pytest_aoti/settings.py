@@ -82,7 +82,7 @@ def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
         return cli, f"--aoti-{name}"
     try:
         return config.getini(dest), f"ini option {dest}"
-    except ValueError as error:  # a bool ini value pytest cannot read ("maybe")
+    except (ValueError, pytest.UsageError) as error:  # a bool ini value pytest cannot read ("maybe")
         raise pytest.UsageError(f"ini option {dest}: {error}; expected true or false") from None
 
 

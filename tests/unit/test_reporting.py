@@ -1,0 +1,120 @@
+"""The renderer, a child's outcome and the isolated-report state machine, as plain functions over real pytest
+reports and real log text (the logs come from docs/gpu-evidence, recorded on an H100)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti import kernel_log
+from pytest_aoti.child import ChildRun, _outcome
+from pytest_aoti.debug import Verdict, not_rerun_reason
+from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
+
+
+def _run(
+    tmp_path: Path, stage: str, outcome: str, *, log: str = "", signal_name: str | None = None, **extra: object
+) -> ChildRun:
+    log_path = tmp_path / f"{stage}.log"
+    log_path.write_text(log)
+    return ChildRun(
+        stage=stage,
+        outcome=outcome,
+        returncode=-11 if signal_name else 1,
+        signal_name=signal_name,
+        seconds=1.5,
+        log_path=log_path,
+        phase_path=tmp_path / f"{stage}.phases",
+        command=["python", "-u", "-m", "pytest", "tests"],
+        env_delta={"PYTEST_AOTI_CHILD": stage, "PYTEST_AOTI_REPORT_FILE": "/x", "TMPDIR": "/y"},
+        cwd=tmp_path,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+CRASH_LOG = (
+    "[ before_launch: k0 ]\n[ after_launch: k0 ]\n[ before_launch: k1 ]\nFatal Python error: Segmentation fault\n"
+)
+
+
+def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> None:
+    run = _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV")
+    verdict = Verdict("t.py::test", stages=[run], died_in=kernel_log.died_in(CRASH_LOG), last_completed="k0")
+    assert headline(verdict) == "crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch)"
+    properties = dict(user_properties(verdict))
+    assert properties["aoti_signal"] == "SIGSEGV" and properties["aoti_suspect_kernel"] == "k1"
+    assert properties["aoti_reproduce"] == f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels python -u -m pytest tests"
+    section = section_text(verdict)
+    assert "stage kernels (printer=None): crashed with SIGSEGV [1.5 s]" in section
+    assert "suspect kernel: k1 (launched, never finished)" in section
+    assert "Fatal Python error: Segmentation fault" in section
+    assert verdict_record(verdict)["headline"] == headline(verdict)
+
+
+def test_a_crash_between_kernels_blames_the_code_between_them(tmp_path: Path) -> None:
+    run = _run(tmp_path, "kernels", "crashed", signal_name="SIGABRT")
+    verdict = Verdict("t.py::test", stages=[run], last_completed="k0")
+    assert "after kernel k0 completed and before the next kernel launched" in headline(verdict)
+
+
+def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
+    verdict = Verdict("t.py::test", stages=[_run(tmp_path, "kernels", "passed")])
+    assert headline(verdict).startswith("did not reproduce in isolation")
+
+
+def test_a_vanished_log_degrades_the_verdict(tmp_path: Path) -> None:
+    run = _run(tmp_path, "kernels", "error", error="the child exited with code 1 before reporting the test's result")
+    run.log_path.unlink()
+    assert run.log.startswith(f"(log missing: {run.log_path}")
+    assert "(log missing: " in section_text(Verdict("t.py::test", stages=[run]))
+
+
+def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
+    assert not_rerun_reason("input_invariant", None) is not None
+    assert not_rerun_reason("output_nonfinite", None) is None
+    assert not_rerun_reason("mismatch", None) is None
+    assert not_rerun_reason(None, None) is None  # a crash under xdist: no kind known, rerun
+    timed_out = _run(tmp_path, "isolate", "timed out", timeout=5.0)
+    assert "timed out after 5 s" in (not_rerun_reason("other", timed_out) or "")
+    verdict = Verdict("t.py::test", not_rerun=not_rerun_reason("input_invariant", None))
+    assert headline(verdict).startswith("not rerun: the failure is an input check")
+    assert dict(user_properties(verdict))["aoti_rerun_outcome"] == "not rerun"
+
+
+def _reports(pytester: pytest.Pytester, source: str) -> list[pytest.TestReport]:
+    return list(pytester.inline_runsource(source).getreports("pytest_runtest_logreport"))
+
+
+def test_outcome_of_a_child(pytester: pytest.Pytester) -> None:
+    reports = _reports(pytester, "def test_pass(): pass\ndef test_fail(): assert 1 == 2, 'boom'")
+    passed = [r for r in reports if r.nodeid.endswith("test_pass")]
+    failed = [r for r in reports if r.nodeid.endswith("test_fail")]
+    assert _outcome(passed, 0, "t") == ("passed", None)
+    assert _outcome(passed[:1], 0, "t") == ("error", "the child exited with code 0 before reporting the test's result")
+    assert _outcome([], 5, "t.py::x") == ("error", "the child collected no test 't.py::x' (see its log)")
+    assert _outcome(failed, 1, "t") == ("failed", "AssertionError: boom")
+
+
+@pytest.mark.parametrize(
+    ("phases_reported", "expected"),
+    [
+        ((), [("setup", "failed"), ("teardown", "passed")]),
+        (("setup",), [("setup", "passed"), ("call", "failed"), ("teardown", "passed")]),
+        (("setup", "call"), [("setup", "passed"), ("call", "passed"), ("teardown", "failed")]),
+        (("setup", "call", "teardown"), [("setup", "passed"), ("call", "passed"), ("teardown", "passed")]),
+    ],
+)
+def test_isolated_reports_fail_the_phase_the_child_never_reported(
+    pytester: pytest.Pytester, tmp_path: Path, phases_reported: tuple[str, ...], expected: list[tuple[str, str]]
+) -> None:
+    reports = _reports(pytester, "def test_func(): pass")
+    item = pytester.getitem("def test_func(): pass")
+    run = _run(tmp_path, "isolate", "crashed", signal_name="SIGSEGV", log="the end\n")
+    run.reports = [r for r in reports if r.when in phases_reported]
+    logged = isolated_reports(item, run, "--aoti-isolate")
+    assert [(r.when, r.outcome) for r in logged] == expected
+    assert all(("aoti isolation", "ran in a fresh subprocess: --aoti-isolate") in r.sections for r in logged)
+    failed = [r for r in logged if r.failed]
+    if failed:
+        assert "crashed with SIGSEGV in an isolated subprocess (pytest-aoti)" in str(failed[0].longrepr)

@@ -1,0 +1,128 @@
+"""Options, ini twins and marker arguments: resolution and every bad value, in-process (no torch, no compile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_aoti.settings import item_settings
+
+
+def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
+    pytester.makepyfile(
+        test_user=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_marked(aoti_device):
+            pass
+        """
+    )
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider")
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("aoti_ima(timeout='soon')", "aoti_ima: timeout= expected seconds greater than 0 (finite), got 'soon'"),
+        ("aoti_ima(timeout=True)", "aoti_ima: timeout= expected seconds greater than 0 (finite), got True"),
+        ("aoti_ima(timeout=float('nan'))", "aoti_ima: timeout= expected seconds greater than 0 (finite), got nan"),
+        ("aoti_ima(stagse=('kernels',))", "aoti_ima: got an unexpected keyword argument 'stagse'"),
+        ("aoti_ima(stages=('kernel',))", "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors')"),
+        ("aoti_ima(stages=())", "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors'), got ()"),
+        ("aoti_ima(stages='kernels')", "aoti_ima: stages= expected a non-empty subset of"),
+        ("aoti_ima(env='A=1')", "aoti_ima: env= expected a dict of str to str, got 'A=1'"),
+        ("aoti_ima(env={'A': 1})", "aoti_ima: env= expected a dict of str to str, got {'A': 1}"),
+        ("aoti_ima(kernels=5)", "aoti_ima: kernels= expected a list of kernel names, got 5"),
+        ("aoti_ima(kernels='cpp_fused_0')", "aoti_ima: kernels= expected a list of kernel names, got 'cpp_fused_0'"),
+        ("aoti_ima(stages=('tensors',))", "aoti_ima: stages=('tensors',) alone needs kernels="),
+        ("aoti_isolate(5)", "aoti_isolate: too many positional arguments"),
+        ("aoti_isolate(timeout=0)", "aoti_isolate: timeout= expected seconds greater than 0 (finite), got 0"),
+        ("aoti(allow_nan=True)", "aoti: got an unexpected keyword argument 'allow_nan'"),
+        ("aoti(allow_nonfinite='false')", "aoti: allow_nonfinite= expected True or False, got 'false'"),
+        ("aoti(restride_inputs=1)", "aoti: restride_inputs= expected True or False, got 1"),
+    ],
+)
+def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    result = _marked(pytester, marker)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting test_user.py*", f"*test_user.py::test_marked: @pytest.mark.{message}*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (["--aoti-device=tpu"], "", "--aoti-device: unknown device 'tpu'; expected auto, cpu, cuda or cuda:N"),
+        ([], "aoti_device = gpu0", "ini option aoti_device: unknown device 'gpu0'"),
+        (["--aoti-rerun-timeout=soon"], "", "--aoti-rerun-timeout: expected seconds, got 'soon'"),
+        (["--aoti-rerun-timeout=-1"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got '-1'"),
+        (["--aoti-rerun-timeout=nan"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got 'nan'"),
+        (["--aoti-rerun-timeout=inf"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got 'inf'"),
+        ([], "aoti_rerun_timeout = 0", "ini option aoti_rerun_timeout: expected seconds greater than 0"),
+        (["--aoti-cache-max-mb=lots"], "", "--aoti-cache-max-mb: expected a size in MiB, got 'lots'"),
+        ([], "aoti_debug = maybe", "ini option aoti_debug: invalid truth value 'maybe'; expected true or false"),
+        (["--aoti-debug", "--pdb"], "", "cannot be combined with --pdb"),
+    ],
+)
+def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], ini: str, message: str) -> None:
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+    assert "INTERNALERROR" not in result.stderr.str()
+
+
+def test_precedence_ini_then_command_line_then_marker(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naoti_rerun_timeout = 120\naoti_debug = true\n")
+    items, _ = pytester.inline_genitems(
+        pytester.makepyfile(
+            test_user="""
+            import pytest
+
+            @pytest.mark.aoti_ima(timeout=7, env={"A": "1"}, kernels=("k0",), stages=("tensors",))
+            @pytest.mark.aoti_isolate
+            @pytest.mark.aoti(allow_nonfinite=True)
+            def test_marked(aoti_device):
+                pass
+
+            def test_uses_fixture(aoti_compile):
+                pass
+
+            def test_plain():
+                pass
+            """
+        ),
+        "--aoti-rerun-timeout=60",
+    )
+    marked, uses_fixture, plain = (item_settings(item) for item in items)
+    assert marked.debug is not None
+    assert (marked.debug.timeout, dict(marked.debug.env), marked.debug.kernels, marked.debug.stages) == (
+        7.0,
+        {"A": "1"},
+        ("k0",),
+        ("tensors",),
+    )
+    assert (marked.isolate_reason, marked.isolate_timeout, marked.allow_nonfinite) == ("marked aoti_isolate", 60, True)
+    assert uses_fixture.debug is not None and uses_fixture.debug.timeout == 60  # the command line beats the ini
+    assert uses_fixture.isolate_reason is None and not uses_fixture.allow_nonfinite
+    assert plain.debug is None  # --aoti-debug (here from the ini) covers only tests that use the aoti fixtures
+
+
+def test_markers_and_options_are_registered(pytester: pytest.Pytester) -> None:
+    markers = pytester.runpytest_inprocess("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.aoti_ima(*", "@pytest.mark.aoti_isolate(*", "@pytest.mark.aoti(*"])
+    helps = pytester.runpytest_inprocess("--help")
+    helps.stdout.fnmatch_lines(
+        ["*--aoti-device=*", "*--aoti-debug*", "*--aoti-isolate*", "*--aoti-cache-dir=*", "*aoti_rerun_timeout*"]
+    )
+
+
+def test_report_header_shows_settings_from_ini_and_cli(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naoti_debug = true\naoti_rerun_timeout = 120\naoti_device = cpu\n")
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    result = pytester.runpytest_inprocess("--aoti-rerun-timeout=60")
+    result.stdout.fnmatch_lines(["aoti: device=cpu, debug=on, isolate=off, rerun timeout=60s, cache=*"])
