@@ -1,15 +1,18 @@
-"""Package-cache benchmark: a reference suite (MLP, conv net, attention block) run cold and warm, each in a fresh
-pytest process, and the per-call overhead of a cache hit over a bare ``aoti_load_package``.
+"""Package-cache benchmark, everything measured in one run:
+
+- a reference suite (MLP, conv net, attention block) run cold in checkout A, then warm in checkout B (a copy of the
+  same files in another directory, the model source shifted by a comment block), same cache dir: warm/cold and hits;
+- a failing test under ``--aoti-debug`` run twice with the same cache dir: repeated/first;
+- the per-call overhead of a cache hit over a bare ``export`` + ``aoti_load_package``.
 
     python bench/cache_benchmark.py
 
 Cold means an empty pytest-aoti cache (Inductor's own caches and precompiled headers stay as they are, as on a CI
-machine that already compiled once). Prints the wall times and the warm/cold ratio measured in this run.
+machine that already compiled once).
 """
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +54,7 @@ REFERENCE_SUITE = textwrap.dedent(
             return self.attention(x, x, x, need_weights=False)[0]
 
 
+    # (comment block: checkout B shifts every line below)
     @pytest.mark.parametrize(
         "make",
         [
@@ -63,6 +67,21 @@ REFERENCE_SUITE = textwrap.dedent(
     def test_reference(aoti_check, make):
         model, args = make()
         aoti_check(model.eval(), args)
+    """
+)
+
+DEBUG_SUITE = textwrap.dedent(
+    """
+    import torch
+
+
+    class LogModel(torch.nn.Module):
+        def forward(self, x):
+            return torch.log(x) * 2
+
+
+    def test_nan(aoti_compile):
+        aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
     """
 )
 
@@ -99,23 +118,36 @@ HIT_OVERHEAD = textwrap.dedent(
 )
 
 
-def run_suite(suite_dir: Path, cache_dir: Path) -> float:
+def run_suite(suite_dir: Path, cache_dir: Path, *extra: str) -> tuple[float, str]:
+    """Run pytest in ``suite_dir`` (its own cwd and rootdir) and return the wall time and the aoti cache line."""
     started = time.perf_counter()
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--aoti-cache-dir={cache_dir}"]
-    subprocess.run([*command, str(suite_dir)], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--aoti-cache-dir={cache_dir}", *extra]
+    output = subprocess.run(command, cwd=suite_dir, stdout=subprocess.PIPE, text=True).stdout
+    seconds = time.perf_counter() - started
+    cache_line = next((line for line in output.splitlines() if line.startswith("aoti cache:")), "no cache line")
+    return seconds, cache_line
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
-        suite = root / "suite"
-        suite.mkdir()
-        (suite / "test_reference.py").write_text(REFERENCE_SUITE)
-        cold = run_suite(suite, root / "cache")
-        warm = statistics.median(run_suite(suite, root / "cache") for _ in range(2))
-        print(f"reference suite (3 models), fresh pytest process each: cold {cold:.1f} s, warm {warm:.1f} s")
-        print(f"warm/cold ratio: {warm / cold:.3f}  (target <= 0.2)")
+        checkout_a, checkout_b = root / "checkout-a" / "suite", root / "elsewhere" / "checkout-b" / "suite"
+        for checkout, shift in ((checkout_a, ""), (checkout_b, "# an edit that moves every line\n" * 7)):
+            checkout.mkdir(parents=True)
+            (checkout / "test_reference.py").write_text(shift + REFERENCE_SUITE)
+        cold, cold_line = run_suite(checkout_a, root / "cache")
+        warm, warm_line = run_suite(checkout_b, root / "cache")
+        print(f"reference suite (3 models): cold in checkout A {cold:.1f} s ({cold_line})")
+        print(f"                            warm in checkout B {warm:.1f} s ({warm_line})")
+        print(f"warm/cold ratio across checkouts: {warm / cold:.3f}  (target <= 0.2)")
+
+        debug_suite = root / "debug"
+        debug_suite.mkdir()
+        (debug_suite / "test_debug.py").write_text(DEBUG_SUITE)
+        first, _ = run_suite(debug_suite, root / "debug-cache", "--aoti-debug")
+        repeated, repeated_line = run_suite(debug_suite, root / "debug-cache", "--aoti-debug")
+        print(f"--aoti-debug on one failing test: first {first:.1f} s, repeated {repeated:.1f} s ({repeated_line})")
+        print(f"repeated/first debug ratio: {repeated / first:.3f}  (target <= 0.3)")
 
         script = root / "hit_overhead.py"
         script.write_text(HIT_OVERHEAD)

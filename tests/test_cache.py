@@ -230,30 +230,6 @@ def test_mlp(aoti_check):
 """
 
 
-def test_hits_across_runs_and_recovers_from_corruption(
-    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
-) -> None:
-    pytester.makepyfile(test_user=USER_TEST)
-    cache = tmp_path / "fresh-cache"
-    first = run_pytest("-s", cache=cache)
-    first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*FROM_CACHE False*", "aoti cache: 0 hits, 1 misses, * s compiling, 0.0 s saved"])
-
-    second = run_pytest("-s", cache=cache)
-    second.assert_outcomes(passed=1)
-    second.stdout.fnmatch_lines(["*FROM_CACHE True*", "aoti cache: 1 hits, 0 misses, 0.0 s compiling, * s saved"])
-
-    (package,) = cache.glob("*/*.pt2")
-    package.write_bytes(b"not a zip file")
-    third = run_pytest("-s", cache=cache)
-    third.assert_outcomes(passed=1)
-    third.stdout.fnmatch_lines(["*FROM_CACHE False*", "aoti cache: 0 hits, 1 misses, *, 1 corrupt entries recompiled"])
-
-    cleared = run_pytest("-s", "--aoti-cache-clear", cache=cache)
-    cleared.stdout.fnmatch_lines(["*FROM_CACHE False*"])
-    assert run_pytest("-s", "--aoti-no-cache", cache=cache).stdout.str().count("aoti cache:") == 0
-
-
 CONCURRENT_SCRIPT = """
 import sys
 from pathlib import Path

@@ -7,14 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from pytest_aoti.cache import default_cache_dir
 from tests.conftest import RunPytest
 
 EXAMPLES = Path(__file__).parent.parent / "conftest_examples"
+# The cache the README's first command (``pytest conftest_examples``) filled, read before pytester points HOME at
+# its tmp dir: the examples run here as they run for a user, from that user's cache.
+USER_CACHE = default_cache_dir()
 
 
 def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     shutil.copytree(EXAMPLES, pytester.path, dirs_exist_ok=True)
-    result = run_pytest("-p", "no:logging", "-rs")
+    result = run_pytest("-p", "no:logging", "-rs", cache=USER_CACHE)
     import torch
 
     if torch.cuda.is_available():

@@ -219,3 +219,55 @@ def test_hypothesis_stops_shrinking_on_a_poisoned_context(pytester: pytest.Pytes
     match = re.search(r"Draw 1: inputs_with_shapes\(\s*(?:E\s+)?\(\((\d+),\), \(1,\)\)", text)
     assert match is not None, text[-5000:]
     assert int(match.group(1)) > 600, "Hypothesis shrank toward an example that only failed because of the poison"
+
+
+SCALE_MODEL = """
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * FACTOR, mask=mask)
+
+
+@triton_op("aoti_gpu_tests::scale", mutates_args={})
+def scale(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    wrap_triton(scale_kernel)[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128)
+    return out
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x):
+        return scale(x) + 1
+"""
+
+
+def test_an_edited_triton_kernel_is_a_cache_miss(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """The graph names a user Triton kernel by a side-table index: the key must hash the kernel's source, or the
+    edited kernel's run would load the stale package (seen on an H100 before the key covered it)."""
+    pytester.makepyfile(
+        test_user="""
+        import torch
+        from scale_model import Scale
+
+        def test_scale(aoti_check, aoti_device):
+            compiled = aoti_check(Scale(), (torch.randn(256, device=aoti_device),))
+            print("FROM_CACHE", compiled.from_cache)
+        """
+    )
+    cache = pytester.path / "cache"
+    outputs = []
+    for factor in ("2.0", "3.0"):
+        pytester.makepyfile(scale_model=SCALE_MODEL.replace("FACTOR", factor))
+        result = run_pytest("-s", "-p", "no:logging", cache=cache)
+        outputs.append(result.stdout.str())
+        result.assert_outcomes(passed=1)  # package and eager agree: the package computes with this factor
+        result.stdout.fnmatch_lines(["*FROM_CACHE False*"])
+    _keep("triton_kernel_edit", result)
+    assert len(list(cache.glob("*/*.pt2"))) == 2
