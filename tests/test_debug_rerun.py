@@ -167,28 +167,6 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     assert cases["test_exits_early"]["outcomes"] == ["failure"]
 
 
-def test_nan_gets_both_stages(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
-    pytester.makepyfile(
-        test_user="""
-        import pytest
-        import torch
-        from aoti_models import LogModel
-
-        @pytest.mark.aoti_ima
-        def test_nan(aoti_compile):
-            aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
-        """
-    )
-    result = run_pytest("-p", "no:logging", "-rA")
-    result.assert_outcomes(failed=1)
-    text = result.stdout.str()
-    assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
-    assert re.search(r"first NaN/Inf: cpp_fused_\w*log\w* buf0 \(mean -?nan", text), text
-    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
-    # Quiet reports: torch's structured-trace logger stays out of the captured logs.
-    assert "torch.__trace" not in text
-
-
 def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:

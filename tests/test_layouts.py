@@ -122,7 +122,7 @@ def test_healthy(aoti_check):
 
 @pytest.mark.parametrize(
     "layout",
-    ["tests beside the cwd, no ini", "--rootdir elsewhere", "-c other.ini", "--import-mode=importlib"],
+    ["tests beside the cwd, no ini", "--rootdir elsewhere with --import-mode=importlib", "-c other.ini"],
 )
 def test_layout(pytester: pytest.Pytester, run_pytest: RunPytest, layout: str) -> None:
     root = pytester.path
@@ -135,10 +135,10 @@ def test_layout(pytester: pytest.Pytester, run_pytest: RunPytest, layout: str) -
         cwd = root / "work"
         cwd.mkdir()
         args = ["../tests", "--junitxml=../report.xml", "-p", "no:logging"]
-    elif layout == "--rootdir elsewhere":
+    elif layout == "--rootdir elsewhere with --import-mode=importlib":
         _write_tests(root / "tests", source)
         (root / "elsewhere").mkdir()
-        args += ["tests", f"--rootdir={root / 'elsewhere'}"]
+        args += ["tests", f"--rootdir={root / 'elsewhere'}", "--import-mode=importlib"]
     elif layout == "-c other.ini":
         # Only this ini makes check_* functions tests: a child that lost -c would collect nothing.
         (root / "configs").mkdir()
@@ -147,8 +147,7 @@ def test_layout(pytester: pytest.Pytester, run_pytest: RunPytest, layout: str) -
         (root / "tests" / "test_layout.py").write_text(source)
         args += ["-c", "configs/other.ini", "tests"]
     else:
-        _write_tests(root / "tests", source)
-        args += ["--import-mode=importlib", "tests"]
+        raise AssertionError(layout)
     result = run_pytest(*args, cwd=cwd)
     result.assert_outcomes(passed=1, failed=1)
     _assert_crash_verdict(result.stdout.str())
