@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -125,20 +126,49 @@ def _triton_kernel_text(kernel: Any) -> str:
     return "\n".join(parts)
 
 
-def triton_kernels_text(ep: ExportedProgram) -> str:
-    """The sources of the user Triton kernels (``triton_op`` + ``wrap_triton``) the graph calls. The graph names
-    them only by an index into a side table, so without this an edited kernel would keep its key."""
-    texts = []
-    for node in ep.graph.nodes:
-        if "triton_kernel_wrapper" not in str(node.target):
-            continue
-        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+def _triton_op_text(op_name: str) -> list[str]:
+    """For a ``triton_op`` (which export keeps as one opaque custom-op call, and Inductor traces into at compile time):
+    its Python body and every Triton kernel it launches. Nothing for other custom ops: their bodies run at call
+    time, so an edit cannot make a package stale."""
+    try:
+        from torch._library.triton import get_triton_kernels_for_op
+    except ImportError:  # a torch without triton_op
+        return []
+    kernels = get_triton_kernels_for_op(op_name)
+    if not kernels:
+        return []
+    from torch._library.custom_ops import OPDEFS
 
-        kernel_idx = node.kwargs.get("kernel_idx")
-        constant_idx = node.kwargs.get("constant_args_idx")
-        texts.append(_triton_kernel_text(kernel_side_table.get_kernel(kernel_idx)))
-        if constant_idx is not None:
-            texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
+    body = getattr(OPDEFS.get(op_name), "_init_fn", None)
+    try:
+        source = inspect.getsource(body) if body is not None else ""
+    except (OSError, TypeError):
+        source = repr(body)
+    return [op_name, source, *(_triton_kernel_text(kernel) for kernel in kernels)]
+
+
+def triton_kernels_text(ep: ExportedProgram) -> str:
+    """The sources of the user Triton kernels the graph runs: those of ``triton_op`` custom ops (``wrap_triton``
+    inside), and kernels called through Triton's wrapper op. The graph names neither by its source, so without this
+    an edited kernel would keep its key and a stale package would be served."""
+    texts: list[str] = []
+    seen_ops: set[str] = set()
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if "triton_kernel_wrapper" in str(node.target):
+            from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+            texts.append(_triton_kernel_text(kernel_side_table.get_kernel(node.kwargs.get("kernel_idx"))))
+            constant_idx = node.kwargs.get("constant_args_idx")
+            if constant_idx is not None:
+                texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
+            continue
+        schema = getattr(node.target, "_schema", None)
+        op_name = getattr(schema, "name", "")
+        if op_name and not op_name.startswith(("aten::", "prims::")) and op_name not in seen_ops:
+            seen_ops.add(op_name)
+            texts += _triton_op_text(op_name)
     return "\n".join(texts)
 
 

@@ -44,6 +44,8 @@ class Verdict:
     nan_assert: str | None = None
     runtime_check: str | None = None
     cuda_error: str | None = None
+    device_assert: str | None = None
+    suspect_inputs: list[kernel_log.TensorStats] = field(default_factory=list)
     phase: str | None = None
 
     @property
@@ -120,6 +122,7 @@ def debug_rerun(
         verdict.nan_assert = kernel_log.nan_assert(log)
         verdict.runtime_check = kernel_log.runtime_check_error(log)
         verdict.cuda_error = kernel_log.cuda_error(log)
+        verdict.device_assert = kernel_log.device_assert(log)
         if first.outcome == "timed out" and "tensors" in stages:
             verdict.skipped_stages = "stage tensors not run: stage kernels timed out, and it would hang the same way"
     launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
@@ -129,7 +132,11 @@ def debug_rerun(
     if "tensors" in stages and suspects and reproduced and verdict.skipped_stages is None:
         second = stage("tensors", tensors_env(suspects, extra_env))
         second_log = second.log
-        verdict.first_nonfinite = kernel_log.first_nonfinite(kernel_log.tensor_stats(second_log))
+        stats = kernel_log.tensor_stats(second_log)
+        verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
+        if verdict.suspect_kernel is not None:
+            verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
+        verdict.device_assert = verdict.device_assert or kernel_log.device_assert(second_log)
         verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
         verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
         verdict.phase = verdict.phase or second.phase

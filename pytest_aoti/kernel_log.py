@@ -147,3 +147,43 @@ def trim(log: str, *, head: int = 60, tail: int = 120) -> str:
     return "\n".join(
         [*lines[:head], f"... {skipped} lines left out (full log in the file named above) ...", *lines[-tail:]]
     )
+
+
+_DEVICE_ASSERT = re.compile(r"Assertion `(?P<condition>[^`]+)` failed")
+_BOUNDS = re.compile(r"(?P<low>-?\d+)\s*<=\s*\w+\s*<\s*(?P<high>-?\d+)")
+
+
+def device_assert(log: str) -> str | None:
+    """The condition of the first failed device-side assert, e.g. ``index out of bounds: 0 <= tmp4 < 100``."""
+    match = _DEVICE_ASSERT.search(log)
+    return match.group("condition").strip() if match else None
+
+
+def asserted_bounds(condition: str | None) -> tuple[int, int] | None:
+    """``(low, high)`` of a ``low <= x < high`` device assert (an index check), if the condition is one."""
+    match = _BOUNDS.search(condition or "")
+    return (int(match.group("low")), int(match.group("high"))) if match else None
+
+
+def kernel_inputs(stats: list[TensorStats], kernel: str) -> list[TensorStats]:
+    """The stats of ``kernel``'s input tensors just before its (last) launch: arguments that are model inputs or that
+    an earlier kernel wrote. The kernel's own output buffers are left out: before the launch they hold garbage."""
+    known = {block.arg for block in stats if block.when == "input"}
+    inputs: dict[str, TensorStats] = {}
+    for block in stats:
+        if block.kernel == kernel and block.when == "before" and block.arg in known:
+            inputs[block.arg] = block
+        if block.when == "after" and block.kernel != kernel:
+            known.add(block.arg)
+    return list(inputs.values())
+
+
+def out_of_range(block: TensorStats, bounds: tuple[int, int] | None) -> bool:
+    """Whether a tensor's min or max falls outside an asserted ``[low, high)`` range."""
+    if bounds is None:
+        return False
+    try:
+        low, high = float(block.minimum or "nan"), float(block.maximum or "nan")
+    except ValueError:
+        return False
+    return low < bounds[0] or high >= bounds[1]

@@ -26,6 +26,38 @@ def _where(stats: kernel_log.TensorStats) -> str:
     return f"{stats.kernel} ({stats.arg} after launch, mean {stats.mean})"
 
 
+_GENERIC_RUN_ERROR = "run_func_("
+
+
+def _cause(verdict: Verdict) -> str | None:
+    """The specific reason the package failed, when the logs tell one."""
+    if verdict.device_assert:
+        return f"device-side assert `{verdict.device_assert}`"
+    if verdict.nan_assert:
+        return f"NaN assert: {verdict.nan_assert}"
+    return verdict.cuda_error
+
+
+def _stats_text(block: kernel_log.TensorStats) -> str:
+    return f"{block.arg} (min {block.minimum}, max {block.maximum}, mean {block.mean}, size {block.size})"
+
+
+def bad_values(verdict: Verdict) -> list[str]:
+    """The suspect kernel's inputs that explain the failure: outside an asserted range, or not finite."""
+    bounds = kernel_log.asserted_bounds(verdict.device_assert)
+    facts = []
+    for block in verdict.suspect_inputs:
+        if kernel_log.out_of_range(block, bounds):
+            assert bounds is not None
+            facts.append(
+                f"{_stats_text(block)} into {verdict.suspect_kernel}: outside the asserted range "
+                f"[{bounds[0]}, {bounds[1]})"
+            )
+        elif block.nonfinite:
+            facts.append(f"{_stats_text(block)} into {verdict.suspect_kernel}: not finite")
+    return facts
+
+
 def headline(verdict: Verdict) -> str:
     if verdict.not_rerun:
         return f"not rerun: {verdict.not_rerun}"
@@ -34,7 +66,12 @@ def headline(verdict: Verdict) -> str:
         return "no debug stage ran"
     if not verdict.reproduced:
         return "did not reproduce in isolation (the failure may depend on earlier tests or on timing)"
-    parts = [first.describe()]
+    described = first.describe()
+    cause = _cause(verdict)
+    if cause and _GENERIC_RUN_ERROR in described:
+        # AOTI's generic wrapper error says nothing; the logs said what happened.
+        described = f"{first.outcome}: {cause}"
+    parts = [described]
     if verdict.died_in:
         parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch)")
     elif verdict.last_completed and first.outcome == "crashed":
@@ -46,7 +83,10 @@ def headline(verdict: Verdict) -> str:
         parts.append(f"last kernel completed: {verdict.last_completed}")
     if verdict.phase == "load":
         parts.append("while loading the package")
-    if verdict.nan_assert:
+    parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
+    if verdict.device_assert and verdict.device_assert not in described:
+        parts.append(f"device-side assert `{verdict.device_assert}`")
+    if verdict.nan_assert and verdict.nan_assert not in described:
         parts.append(f"NaN assert: {verdict.nan_assert}")
     if verdict.first_nonfinite is not None:
         parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}")
@@ -70,6 +110,11 @@ def section_text(verdict: Verdict) -> str:
         lines.append(f"last completed kernel: {verdict.last_completed}")
     if verdict.suspects:
         lines.append(f"suspects (printed by the tensors stage): {', '.join(verdict.suspects)}")
+    lines += [f"bad input: {fact}" for fact in bad_values(verdict)]
+    if verdict.suspect_inputs:
+        lines.append(
+            f"inputs of {verdict.suspect_kernel}: " + "; ".join(_stats_text(block) for block in verdict.suspect_inputs)
+        )
     if verdict.first_nonfinite is not None:
         stats = verdict.first_nonfinite
         lines.append(
@@ -77,6 +122,7 @@ def section_text(verdict: Verdict) -> str:
             f"(mean {stats.mean}, min {stats.minimum}, max {stats.maximum}, size {stats.size})"
         )
     for label, signal_text in (
+        ("device-side assert", verdict.device_assert),
         ("NaN assert", verdict.nan_assert),
         ("runtime input check", verdict.runtime_check),
         ("CUDA error", verdict.cuda_error),

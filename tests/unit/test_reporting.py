@@ -118,3 +118,56 @@ def test_isolated_reports_fail_the_phase_the_child_never_reported(
     failed = [r for r in logged if r.failed]
     if failed:
         assert "crashed with SIGSEGV in an isolated subprocess (pytest-aoti)" in str(failed[0].longrepr)
+
+
+def _stats_log(*blocks: tuple[str, str, str, str]) -> str:
+    """Printer mode-2 text (the format recorded on the H100: docs/gpu-evidence/nan_inside.txt)."""
+    lines = []
+    for header, low, high, mean in blocks:
+        lines += [f"[  {header}  ]:", f"Mean value: {mean}", f"Min value: {low}", f"Max value: {high}", "Size: [8]", ""]
+    return "\n".join(lines)
+
+
+def test_a_device_assert_verdict_names_the_bad_input_value(tmp_path: Path) -> None:
+    """An out-of-range embedding index: the assert text and the index tensor's max lead the verdict, in place of
+    AOTI's generic wrapper error."""
+    log = (
+        "[ before_launch: triton_poi_fused_embedding_0 ]\n"
+        "/tmp/x.py:12: block: [0,9,0], thread: [99,0,0] Assertion `index out of bounds: 0 <= tmp4 < 100` failed.\n"
+    )
+    stats = kernel_log.tensor_stats(
+        _stats_log(
+            ("aoti_model_inputs - arg3_1", "0", "5000", "812.5"),
+            ("aoti_model_inputs - arg0_1", "-2.1", "2.3", "0.01"),
+            ("before_launch - triton_poi_fused_embedding_0 - arg3_1", "0", "5000", "812.5"),
+            ("before_launch - triton_poi_fused_embedding_0 - arg0_1", "-2.1", "2.3", "0.01"),
+            ("before_launch - triton_poi_fused_embedding_0 - buf0", "-1e30", "nan", "nan"),  # its output: garbage
+        )
+    )
+    run = _run(
+        tmp_path, "kernels", "failed", log=log, error="RuntimeError: run_func_( container_handle_, input_handles..."
+    )
+    verdict = Verdict(
+        "t.py::test",
+        stages=[run],
+        died_in="triton_poi_fused_embedding_0",
+        device_assert=kernel_log.device_assert(log),
+        suspect_inputs=kernel_log.kernel_inputs(stats, "triton_poi_fused_embedding_0"),
+    )
+    assert [block.arg for block in verdict.suspect_inputs] == ["arg3_1", "arg0_1"]
+    text = headline(verdict)
+    assert text.startswith("failed: device-side assert `index out of bounds: 0 <= tmp4 < 100`; in kernel ")
+    assert "run_func_" not in text
+    assert (
+        "bad input arg3_1 (min 0, max 5000, mean 812.5, size [8]) into triton_poi_fused_embedding_0: outside the "
+        "asserted range [0, 100)" in text
+    )
+    assert "bad input: arg3_1" in section_text(verdict)
+
+
+def test_a_nan_verdict_leads_with_the_nan_assert_not_the_wrapper_error(tmp_path: Path) -> None:
+    evidence = (Path(__file__).parents[2] / "docs" / "gpu-evidence" / "nan_inside.txt").read_text()
+    run = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, input_handles...")
+    verdict = Verdict("t.py::test", stages=[run], last_completed="k", nan_assert="At least one NaN in buf0")
+    verdict.first_nonfinite = kernel_log.first_nonfinite(kernel_log.tensor_stats(evidence))
+    assert headline(verdict).startswith("failed: NaN assert: At least one NaN in buf0; last kernel completed: k")
