@@ -20,6 +20,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
+from pytest_aoti.bundle import BUNDLE_ENV, write_call
 from pytest_aoti.cache import PackageCache
 from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
 from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
@@ -161,6 +162,7 @@ class CompiledModel:
     spec: ProgramSpec = field(repr=False)
     allow_nonfinite: bool = False
     restride_inputs: bool = False
+    inductor_configs: dict[str, Any] = field(default_factory=dict, repr=False)
     # Says what is wrong with the device after a failed call (a CUDA error is sticky), or None when it is healthy.
     health_check: Callable[[], str | None] | None = field(default=None, repr=False)
     poisoned: PoisonedContext | None = field(default=None, repr=False)
@@ -195,6 +197,9 @@ class CompiledModel:
         )
         # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
         run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
+        bundle_dir = os.environ.get(BUNDLE_ENV)
+        if bundle_dir:  # a debug child: record the call first, it may not survive it
+            write_call(Path(bundle_dir), self, run_args, run_kwargs)
         phases.mark("run", str(self.package_path))
         try:
             outputs = self.runner(*run_args, **run_kwargs)
@@ -338,6 +343,7 @@ def compile_model(
         spec=program_spec(exported, dim_names(module, args, kwargs, dynamic_shapes, exported)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
+        inductor_configs=dict(inductor_configs or {}),
         health_check=cuda_context_problem if device.type == "cuda" else None,
     )
 

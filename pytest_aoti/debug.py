@@ -9,6 +9,7 @@ package cache keys on them, so an unchanged failure debugged again loads its deb
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti import kernel_log
+from pytest_aoti.bundle import BUNDLE_ENV
 from pytest_aoti.child import ChildRun, run_child
 
 SANITY_ENV = {
@@ -47,6 +49,7 @@ class Verdict:
     device_assert: str | None = None
     suspect_inputs: list[kernel_log.TensorStats] = field(default_factory=list)
     phase: str | None = None
+    bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
 
     @property
     def reproduced(self) -> bool:
@@ -104,8 +107,11 @@ def debug_rerun(
     a NaN propagates, so the last kernel is a poor suspect for where it was made.
     """
     verdict = Verdict(nodeid)
+    bundle = workdir / "bundle"
 
     def stage(name: str, env: dict[str, str]) -> ChildRun:
+        if not verdict.stages:  # the first stage records the failing call, under its own debug environment
+            env = {**env, BUNDLE_ENV: str(bundle)}
         run = run_child(
             config, nodeid, test_path=test_path, stage=name, env=env, timeout=timeout, workdir=workdir, capture=False
         )
@@ -140,4 +146,9 @@ def debug_rerun(
         verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
         verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
         verdict.phase = verdict.phase or second.phase
+    if (bundle / "repro.py").exists():
+        for run in verdict.stages:
+            if run.log_path.exists():
+                shutil.copyfile(run.log_path, bundle / run.log_path.name)
+        verdict.bundle = bundle
     return verdict

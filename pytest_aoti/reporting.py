@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import kernel_log
+from pytest_aoti.bundle import custom_op_modules
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
 
@@ -137,6 +138,8 @@ def section_text(verdict: Verdict) -> str:
     for run in verdict.stages:
         lines.append(f"reproduce ({run.stage}): {run.reproduce}")
         lines.append(f"full log ({run.stage}): {run.log_path}")
+    if verdict.bundle is not None:
+        lines.append(f"repro bundle: {verdict.bundle} (python repro.py: {_needs(verdict)})")
     for run in verdict.stages:
         lines.append("")
         lines.append(f"--- log of stage {run.stage} (trimmed) ---")
@@ -158,20 +161,35 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_signal", first.signal_name))
     if first is not None:
         properties.append(("aoti_reproduce", first.reproduce))
+    if verdict.bundle is not None:
+        properties.append(("aoti_bundle", str(verdict.bundle)))
     return properties
+
+
+def _needs(verdict: Verdict) -> str:
+    modules = custom_op_modules(verdict.bundle) if verdict.bundle is not None else []
+    if not modules:
+        return "needs only torch"
+    return "needs importable: " + ", ".join(modules) + " (the custom ops the graph calls)"
 
 
 def verdict_record(verdict: Verdict) -> dict[str, str]:
     """What a report carries for the terminal summary: plain strings survive pytest's report serialization, so an
     xdist controller reads them off its workers' reports."""
     first = verdict.first
-    return {"headline": headline(verdict), "reproduce": first.reproduce if first is not None else ""}
+    return {
+        "headline": headline(verdict),
+        "reproduce": first.reproduce if first is not None else "",
+        "bundle": str(verdict.bundle) if verdict.bundle is not None else "",
+    }
 
 
 def summary_lines(nodeid: str, record: dict[str, str]) -> list[str]:
     lines = [f"{nodeid}: {record['headline']}"]
     if record.get("reproduce"):
         lines.append(f"    reproduce: {record['reproduce']}")
+    if record.get("bundle"):
+        lines.append(f"    repro bundle: {record['bundle']}")
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -304,3 +305,12 @@ def test_repeated_debug_run_loads_its_debug_packages(
     assert second.stdout.str().count("aoti cache: 1 hits, 0 misses") == 3
     assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in second.stdout.str()
     assert len(list(cache.glob("*/*.pt2"))) == 3
+
+    # The repro bundle reproduces the NaN without pytest, from a clean directory.
+    bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs only torch\)", text, re.MULTILINE)
+    assert bundle is not None, text
+    repro = subprocess.run(
+        [sys.executable, str(Path(bundle.group(1)) / "repro.py")], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert repro.returncode == 1
+    assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr

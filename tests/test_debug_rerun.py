@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,6 +85,20 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert properties["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
     assert properties["aoti_rerun_outcome"] == "crashed with SIGSEGV"
     assert cases["test_passes_before"]["outcomes"] == cases["test_passes_after"]["outcomes"] == []
+
+    # The repro bundle reproduces the crash without pytest and without the test file, from a clean directory.
+    bundle = Path(str(properties["aoti_bundle"]))
+    assert f"repro bundle: {bundle} (python repro.py: needs importable: aoti_models" in text
+    assert {"exported_program.pt2", "inputs.pt", "package.pt2", "env.json", "versions.json", "kernels.log"} <= {
+        path.name for path in bundle.iterdir()
+    }
+    clean = pytester.path / "clean"
+    clean.mkdir()
+    repro = subprocess.run(
+        [sys.executable, str(bundle / "repro.py")], cwd=clean, capture_output=True, text=True, timeout=600
+    )
+    assert repro.returncode in (-11, 139), repro.stdout + repro.stderr
+    assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in repro.stdout
 
 
 ISOLATED_TESTS = """

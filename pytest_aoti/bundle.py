@@ -1,0 +1,142 @@
+"""Repro bundles: one directory per debugged failure that reproduces it without pytest and without the test file.
+
+The debug child writes it before each call of a compiled model (a crash leaves nothing to write afterwards): the
+exported program (``torch.export.save``), the call's inputs, the Inductor configs, the codegen environment, versions,
+the package, the modules that define the custom ops the graph calls, and ``repro.py``. The parent adds the stages'
+logs. ``python repro.py`` re-executes itself under the recorded environment (codegen flags are read when torch is
+imported), recompiles, and runs the failing call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_aoti.compiler import CompiledModel
+
+BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
+_RECORDED_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_", "CUDA_", "PYTORCH_")
+
+REPRO_SCRIPT = '''"""Reproduce a failure pytest-aoti debugged, without pytest: python repro.py
+
+Recompiles the exported program under the recorded debug environment and runs the failing call. Exit status 0 means
+the failure did not reproduce.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENV = json.loads((HERE / "env.json").read_text())
+if os.environ.get("PYTEST_AOTI_REPRO") != "1":
+    # Inductor reads its codegen flags when torch is imported: start again with them set.
+    os.execvpe(sys.executable, [sys.executable, "-u", __file__], {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1"})
+
+import importlib  # noqa: E402
+import tempfile  # noqa: E402
+
+for module in json.loads((HERE / "custom_ops.json").read_text()):
+    # Custom ops the graph calls must be registered before the program loads.
+    sys.path.insert(0, module["path"])
+    importlib.import_module(module["module"])
+
+import torch  # noqa: E402
+
+program = torch.export.load(HERE / "exported_program.pt2")
+inputs = torch.load(HERE / "inputs.pt", weights_only=False)
+configs = json.loads((HERE / "inductor_configs.json").read_text())
+with tempfile.TemporaryDirectory() as build:
+    package = torch._inductor.aoti_compile_and_package(
+        program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
+    )
+    runner = torch._inductor.aoti_load_package(package)
+    outputs = runner(*inputs["args"], **inputs["kwargs"])
+    if any(t.is_cuda for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)):
+        torch.cuda.synchronize()
+for number, output in enumerate(torch.utils._pytree.tree_leaves(outputs)):
+    if isinstance(output, torch.Tensor) and output.is_floating_point() and not torch.isfinite(output).all():
+        bad = int((~torch.isfinite(output)).sum())
+        sys.exit(f"reproduced: output {number} holds {bad} NaN/Inf value(s) of {output.numel()}")
+print("ran without a crash or a NaN/Inf: compare the outputs with eager to check a mismatch")
+'''
+
+
+def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
+    """The modules defining the non-aten ops the graph calls, with the directory to import each from."""
+    from torch._library.custom_ops import OPDEFS
+
+    modules: dict[str, str] = {}
+    for node in compiled.exported_program.graph.nodes:
+        name = getattr(getattr(node.target, "_schema", None), "name", "")
+        if not name or name.startswith(("aten::", "prims::")):
+            continue
+        body = getattr(OPDEFS.get(name), "_init_fn", None)
+        module = sys.modules.get(getattr(body, "__module__", ""), None)
+        path = getattr(module, "__file__", None)
+        if module is not None and path:
+            modules[module.__name__] = str(Path(path).resolve().parent)
+    return [{"module": name, "path": path} for name, path in modules.items()]
+
+
+def _versions() -> dict[str, Any]:
+    import torch
+
+    versions: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = None
+    if torch.cuda.is_available():
+        versions["gpu"] = torch.cuda.get_device_name()
+    compiler = os.environ.get("CXX") or shutil.which("g++") or "c++"
+    try:
+        versions["compiler"] = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split(
+            "\n"
+        )[0]
+    except OSError:
+        versions["compiler"] = None
+    return versions
+
+
+def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[str, Any]) -> None:
+    """Record a call about to run (the program, package and metadata once per package; the inputs every call)."""
+    import torch
+
+    bundle.mkdir(parents=True, exist_ok=True)
+    stamp = bundle / "package.txt"
+    if not stamp.exists() or stamp.read_text() != str(compiled.package_path):
+        torch.export.save(compiled.exported_program, bundle / "exported_program.pt2")
+        shutil.copyfile(compiled.package_path, bundle / "package.pt2")
+        configs = {key: value for key, value in compiled.inductor_configs.items() if key != "aot_inductor.package"}
+        (bundle / "inductor_configs.json").write_text(json.dumps(configs, indent=2, default=repr))
+        environment = {k: v for k, v in os.environ.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
+        (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
+        (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
+        (bundle / "custom_ops.json").write_text(json.dumps(_custom_op_modules(compiled), indent=2))
+        (bundle / "repro.py").write_text(REPRO_SCRIPT)
+        stamp.write_text(str(compiled.package_path))
+    torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, bundle / "inputs.pt")
+
+
+def custom_op_modules(bundle: Path) -> list[str]:
+    """The modules ``repro.py`` imports (the custom ops the graph calls), as recorded in the bundle."""
+    try:
+        return [entry["module"] for entry in json.loads((bundle / "custom_ops.json").read_text())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
