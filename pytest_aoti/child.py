@@ -201,9 +201,10 @@ def run_child(
     timeout: float,
     workdir: Path,
     capture: bool,
+    prefix: tuple[str, ...] = (),
 ) -> ChildRun:
     """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
-    of this process's environment."""
+    of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{stage}.log"
     report_path = workdir / f"{stage}.reports.jsonl"
@@ -224,7 +225,7 @@ def run_child(
     }
     child_env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     child_env.update(env_delta)
-    command = child_command(config, capture=capture)
+    command = [*prefix, *child_command(config, capture=capture)]
     cwd = config.invocation_params.dir
     started = time.monotonic()
     timed_out = False

@@ -28,6 +28,17 @@ SANITY_ENV = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
 }
 PRINTER_ENV = "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"
+# memcheck needs every allocation to be its own (no caching allocator) to see an out-of-bounds access.
+SANITIZER_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDA_LAUNCH_BLOCKING": "1"}
+SANITIZER_ARGS = ("--tool", "memcheck", "--print-limit", "3")
+
+
+def sanitizer_path() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    default = Path("/usr/local/cuda/bin/compute-sanitizer")
+    return found or (str(default) if default.exists() else None)
+
+
 FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
 
 
@@ -38,7 +49,7 @@ class Verdict:
     nodeid: str
     stages: list[ChildRun] = field(default_factory=list)
     not_rerun: str | None = None  # why the test was not rerun at all
-    skipped_stages: str | None = None  # why later stages did not run
+    notes: list[str] = field(default_factory=list)  # stages not run, and why
     died_in: str | None = None
     last_completed: str | None = None
     suspects: tuple[str, ...] = ()
@@ -50,6 +61,7 @@ class Verdict:
     suspect_inputs: list[kernel_log.TensorStats] = field(default_factory=list)
     phase: str | None = None
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
+    sanitizer: kernel_log.SanitizerError | None = None
 
     @property
     def reproduced(self) -> bool:
@@ -100,6 +112,7 @@ def debug_rerun(
     kernels: tuple[str, ...],
     stages: tuple[str, ...],
     nonfinite_failure: bool,
+    sanitizer_on_cuda_error: bool = False,
 ) -> Verdict:
     """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
 
@@ -109,11 +122,19 @@ def debug_rerun(
     verdict = Verdict(nodeid)
     bundle = workdir / "bundle"
 
-    def stage(name: str, env: dict[str, str]) -> ChildRun:
+    def stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
         if not verdict.stages:  # the first stage records the failing call, under its own debug environment
             env = {**env, BUNDLE_ENV: str(bundle)}
         run = run_child(
-            config, nodeid, test_path=test_path, stage=name, env=env, timeout=timeout, workdir=workdir, capture=False
+            config,
+            nodeid,
+            test_path=test_path,
+            stage=name,
+            env=env,
+            timeout=timeout,
+            workdir=workdir,
+            capture=False,
+            prefix=prefix,
         )
         verdict.stages.append(run)
         return run
@@ -129,13 +150,13 @@ def debug_rerun(
         verdict.runtime_check = kernel_log.runtime_check_error(log)
         verdict.cuda_error = kernel_log.cuda_error(log)
         verdict.device_assert = kernel_log.device_assert(log)
-        if first.outcome == "timed out" and "tensors" in stages:
-            verdict.skipped_stages = "stage tensors not run: stage kernels timed out, and it would hang the same way"
+        if first.outcome == "timed out" and len(stages) > 1:
+            verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
     launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
     suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
     verdict.suspects = suspects
     reproduced = not verdict.stages or verdict.reproduced
-    if "tensors" in stages and suspects and reproduced and verdict.skipped_stages is None:
+    if "tensors" in stages and suspects and reproduced and not verdict.notes:
         second = stage("tensors", tensors_env(suspects, extra_env))
         second_log = second.log
         stats = kernel_log.tensor_stats(second_log)
@@ -146,6 +167,16 @@ def debug_rerun(
         verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
         verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
         verdict.phase = verdict.phase or second.phase
+    cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
+    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not verdict.notes:
+        tool = sanitizer_path()
+        if tool is None:
+            verdict.notes.append(
+                "stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)"
+            )
+        else:
+            run = stage("sanitizer", {**SANITIZER_ENV, **extra_env}, prefix=(tool, *SANITIZER_ARGS))
+            verdict.sanitizer = kernel_log.sanitizer_error(run.log)
     if (bundle / "repro.py").exists():
         for run in verdict.stages:
             if run.log_path.exists():

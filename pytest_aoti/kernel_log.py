@@ -187,3 +187,57 @@ def out_of_range(block: TensorStats, bounds: tuple[int, int] | None) -> bool:
     except ValueError:
         return False
     return low < bounds[0] or high >= bounds[1]
+
+
+# compute-sanitizer memcheck: "========= Invalid __global__ read of size 4 bytes" then indented detail lines.
+_SANITIZER_ERROR = re.compile(r"^=+ (?P<what>Invalid __\w+__ (?:read|write) of size \d+ bytes?)\s*$", re.MULTILINE)
+_SANITIZER_AT = re.compile(r"^=+\s+at (?P<kernel>[^\s+]+)(?:\+0x[0-9a-f]+)?(?: in (?P<where>\S+))?", re.MULTILINE)
+_SANITIZER_THREAD = re.compile(r"by thread (?P<thread>\([\d,]+\)) in block (?P<block>\([\d,]+\))")
+_SANITIZER_ACCESS = re.compile(r"^=+\s+Access to (?P<address>0x[0-9a-f]+) (?P<how>.*?)\s*$", re.MULTILINE)
+_SANITIZER_NEAREST = re.compile(r"^=+\s+and is (?P<distance>.*?)\s*$", re.MULTILINE)
+_SANITIZER_SUMMARY = re.compile(r"ERROR SUMMARY: (?P<count>\d+) error")
+
+
+@dataclass(frozen=True)
+class SanitizerError:
+    """compute-sanitizer's first memcheck error and its error count."""
+
+    access: str  # "Invalid __global__ read of size 4 bytes"
+    kernel: str | None
+    thread: str | None
+    block: str | None
+    address: str | None
+    detail: str  # "is out of bounds, 1,859,041 bytes after the nearest allocation at ... of size 32 bytes"
+    count: int | None
+
+    def describe(self) -> str:
+        where = f" in {self.kernel}" if self.kernel else ""
+        who = f" by thread {self.thread} in block {self.block}" if self.thread else ""
+        address = f": access to {self.address} {self.detail}" if self.address else ""
+        count = f"; {self.count} error(s) in all" if self.count is not None else ""
+        return f"{self.access}{where}{who}{address}{count}"
+
+
+def sanitizer_error(log: str) -> SanitizerError | None:
+    first = _SANITIZER_ERROR.search(log)
+    if first is None:
+        return None
+    following = _SANITIZER_ERROR.search(log, first.end())
+    block = log[first.end() : following.start() if following else len(log)]
+    at = _SANITIZER_AT.search(block)
+    thread = _SANITIZER_THREAD.search(block)
+    access = _SANITIZER_ACCESS.search(block)
+    nearest = _SANITIZER_NEAREST.search(block)
+    summary = _SANITIZER_SUMMARY.search(log)
+    detail = ", ".join(
+        part for part in (access.group("how") if access else "", nearest.group("distance") if nearest else "") if part
+    )
+    return SanitizerError(
+        access=first.group("what"),
+        kernel=at.group("kernel") if at else None,
+        thread=thread.group("thread") if thread else None,
+        block=thread.group("block") if thread else None,
+        address=access.group("address") if access else None,
+        detail=detail,
+        count=int(summary.group("count")) if summary else None,
+    )

@@ -85,6 +85,7 @@ def attach_debug(
             kernels=request.kernels,
             stages=request.stages,
             nonfinite_failure=failure == "output_nonfinite",
+            sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
         )
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
@@ -242,9 +243,7 @@ class XdistController:
         armed = self.armed.get(crashitem)
         if armed is None:
             return
-        request = DebugRequest(
-            timeout=armed["timeout"], env=armed["env"], kernels=tuple(armed["kernels"]), stages=tuple(armed["stages"])
-        )
+        request = DebugRequest(**{**armed, "kernels": tuple(armed["kernels"]), "stages": tuple(armed["stages"])})
         self.crash_properties[crashitem] = attach_debug(
             self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None
         )

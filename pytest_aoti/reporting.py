@@ -87,6 +87,8 @@ def headline(verdict: Verdict) -> str:
     parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
     if verdict.device_assert and verdict.device_assert not in described:
         parts.append(f"device-side assert `{verdict.device_assert}`")
+    if verdict.sanitizer is not None:
+        parts.append(f"compute-sanitizer: {verdict.sanitizer.describe()}")
     if verdict.nan_assert and verdict.nan_assert not in described:
         parts.append(f"NaN assert: {verdict.nan_assert}")
     if verdict.first_nonfinite is not None:
@@ -96,15 +98,17 @@ def headline(verdict: Verdict) -> str:
 
 def _stage_line(run: ChildRun) -> str:
     printer = run.env_delta.get(PRINTER_ENV)
-    what = f"printer={printer}" + (f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else "")
+    what = "compute-sanitizer memcheck" if run.stage == "sanitizer" else f"printer={printer}"
+    what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ""
     return f"stage {run.stage} ({what}): {run.describe()} [{run.seconds:.1f} s]"
 
 
 def section_text(verdict: Verdict) -> str:
     lines = [f"verdict: {headline(verdict)}"]
     lines += [_stage_line(run) for run in verdict.stages]
-    if verdict.skipped_stages:
-        lines.append(verdict.skipped_stages)
+    lines += verdict.notes
+    if verdict.sanitizer is not None:
+        lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
     if verdict.died_in:
         lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
     elif verdict.last_completed:
@@ -163,6 +167,8 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_reproduce", first.reproduce))
     if verdict.bundle is not None:
         properties.append(("aoti_bundle", str(verdict.bundle)))
+    if verdict.sanitizer is not None:
+        properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
     return properties
 
 

@@ -22,13 +22,18 @@ TIMEOUT_DESC = "seconds a debug or isolated child process may run before it is s
 CACHE_DIR_DESC = "directory of the compiled-package cache (default: ~/.cache/pytest-aoti)"
 NO_CACHE_DESC = "compile every model afresh; do not read or write the package cache"
 CACHE_CLEAR_DESC = "empty the package cache at the start of the session"
+SANITIZER_DESC = (
+    "also run compute-sanitizer (memcheck) over a debugged test whose failure shows a CUDA error, where "
+    "compute-sanitizer is installed"
+)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
 DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
-STAGES = ("kernels", "tensors")
+STAGES = ("kernels", "tensors", "sanitizer")
+DEFAULT_STAGES = ("kernels", "tensors")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class Settings:
     debug: bool
     isolate: bool
     rerun_timeout: float
+    sanitizer: bool
     cache_dir: Path
     use_cache: bool
     cache_clear: bool
@@ -51,6 +57,7 @@ class DebugRequest:
     env: Mapping[str, str]
     kernels: tuple[str, ...]
     stages: tuple[str, ...]
+    sanitizer_on_cuda_error: bool = False
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -67,6 +74,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("device", DEVICE_DESC, default="auto")
     option("debug", DEBUG_DESC, flag=True, ini_type="bool", default=False)
     option("isolate", ISOLATE_DESC, flag=True, ini_type="bool", default=False)
+    option("sanitizer", SANITIZER_DESC, flag=True, ini_type="bool", default=False)
     option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
     option("cache-dir", CACHE_DIR_DESC, default="")
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
@@ -115,6 +123,7 @@ def resolve(config: pytest.Config) -> Settings:
         debug=bool(_value(config, "debug")[0]),
         isolate=bool(_value(config, "isolate")[0]),
         rerun_timeout=_positive_number(timeout_raw, timeout_source, what="seconds"),
+        sanitizer=bool(_value(config, "sanitizer")[0]),
         cache_dir=cache_dir,
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(_value(config, "cache-clear")[0]),
@@ -132,7 +141,7 @@ def _aoti_ima_signature(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     kernels: Sequence[str] = (),
-    stages: Sequence[str] = STAGES,
+    stages: Sequence[str] = DEFAULT_STAGES,
 ) -> None: ...
 
 
@@ -145,7 +154,7 @@ def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = Fa
 MARKERS = {
     "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=('kernels', 'tensors')): when the test "
     "fails, rerun it alone in a fresh interpreter under PyTorch's AOTI debugging environment and report "
-    "the suspect kernel",
+    "the suspect kernel; stages may also name 'sanitizer' (compute-sanitizer memcheck, CUDA)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
@@ -211,19 +220,20 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
     kernels = tuple(kernels)
     if not all(isinstance(k, str) and k for k in kernels):
         raise pytest.UsageError(f"{where}: kernels= expected a list of kernel names, got {kernels!r}")
-    stages = args.get("stages", STAGES)
+    stages = args.get("stages", DEFAULT_STAGES)
     if isinstance(stages, str) or not isinstance(stages, Iterable):
         raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
     stages = tuple(stages)
     if not stages or any(stage not in STAGES for stage in stages):
         raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
-    if "kernels" not in stages and not kernels:
+    if "tensors" in stages and "kernels" not in stages and not kernels:
         raise pytest.UsageError(f"{where}: stages=('tensors',) alone needs kernels= to know what to print")
     return DebugRequest(
         timeout=timeout if timeout is not None else settings.rerun_timeout,
         env=dict(env),
         kernels=kernels,
         stages=stages,
+        sanitizer_on_cuda_error=settings.sanitizer,
     )
 
 

@@ -62,3 +62,38 @@ def test_trim_keeps_head_and_tail_and_says_what_it_left_out() -> None:
         "line 999",
     ]
     assert kernel_log.trim("short") == "short"
+
+
+SANITIZER_OUTPUT = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 4 bytes
+=========     at gather_shift_kernel+0x130 in oob.py:8
+=========     by thread (64,0,0) in block (0,0,0)
+=========     Access to 0x7f2716c00100 is out of bounds
+=========     and is 1,859,041 bytes after the nearest allocation at 0x7f2716a3a300 of size 32 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========
+========= Invalid __global__ read of size 4 bytes
+=========     at gather_shift_kernel+0x130 in oob.py:8
+=========     by thread (65,0,0) in block (0,0,0)
+========= ERROR SUMMARY: 5 errors
+"""
+
+
+def test_compute_sanitizer_first_error() -> None:
+    """compute-sanitizer 2025.3.1's memcheck output as recorded on the H100 (shared/reference/aoti-facts.md)."""
+    error = kernel_log.sanitizer_error(SANITIZER_OUTPUT)
+    assert error is not None
+    assert (error.access, error.kernel, error.thread, error.block, error.address, error.count) == (
+        "Invalid __global__ read of size 4 bytes",
+        "gather_shift_kernel",
+        "(64,0,0)",
+        "(0,0,0)",
+        "0x7f2716c00100",
+        5,
+    )
+    assert error.describe() == (
+        "Invalid __global__ read of size 4 bytes in gather_shift_kernel by thread (64,0,0) in block (0,0,0): access "
+        "to 0x7f2716c00100 is out of bounds, 1,859,041 bytes after the nearest allocation at 0x7f2716a3a300 of size "
+        "32 bytes; 5 error(s) in all"
+    )
+    assert kernel_log.sanitizer_error("========= ERROR SUMMARY: 0 errors\n") is None

@@ -27,8 +27,14 @@ def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
         ("aoti_ima(timeout=True)", "aoti_ima: timeout= expected seconds greater than 0 (finite), got True"),
         ("aoti_ima(timeout=float('nan'))", "aoti_ima: timeout= expected seconds greater than 0 (finite), got nan"),
         ("aoti_ima(stagse=('kernels',))", "aoti_ima: got an unexpected keyword argument 'stagse'"),
-        ("aoti_ima(stages=('kernel',))", "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors')"),
-        ("aoti_ima(stages=())", "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors'), got ()"),
+        (
+            "aoti_ima(stages=('kernel',))",
+            "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors', 'sanitizer')",
+        ),
+        (
+            "aoti_ima(stages=())",
+            "aoti_ima: stages= expected a non-empty subset of ('kernels', 'tensors', 'sanitizer'), got ()",
+        ),
         ("aoti_ima(stages='kernels')", "aoti_ima: stages= expected a non-empty subset of"),
         ("aoti_ima(env='A=1')", "aoti_ima: env= expected a dict of str to str, got 'A=1'"),
         ("aoti_ima(env={'A': 1})", "aoti_ima: env= expected a dict of str to str, got {'A': 1}"),
