@@ -72,15 +72,14 @@ print("ran without a crash or a NaN/Inf: compare the outputs with eager to check
 
 def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
     """The modules defining the non-aten ops the graph calls, with the directory to import each from."""
-    from torch._library.custom_ops import OPDEFS
+    from pytest_aoti.cache import custom_op_function
 
     modules: dict[str, str] = {}
     for node in compiled.exported_program.graph.nodes:
         name = getattr(getattr(node.target, "_schema", None), "name", "")
         if not name or name.startswith(("aten::", "prims::")):
             continue
-        body = getattr(OPDEFS.get(name), "_init_fn", None)
-        module = sys.modules.get(getattr(body, "__module__", ""), None)
+        module = sys.modules.get(getattr(custom_op_function(name), "__module__", ""), None)
         path = getattr(module, "__file__", None)
         if module is not None and path:
             modules[module.__name__] = str(Path(path).resolve().parent)

@@ -126,6 +126,22 @@ def _triton_kernel_text(kernel: Any) -> str:
     return "\n".join(parts)
 
 
+def custom_op_function(op_name: str) -> Any:
+    """The user's Python function behind a custom op (``torch.library.custom_op`` or ``triton_op``), or None.
+    ``triton_op`` registers a torch-internal closure around it: unwrap that."""
+    from torch._library.custom_ops import OPDEFS
+
+    function = getattr(OPDEFS.get(op_name), "_init_fn", None)
+    while function is not None and getattr(function, "__module__", "").startswith("torch."):
+        inner = [
+            cell.cell_contents
+            for cell in (getattr(function, "__closure__", None) or ())
+            if callable(cell.cell_contents)
+        ]
+        function = inner[0] if inner else None
+    return function
+
+
 def _triton_op_text(op_name: str) -> list[str]:
     """For a ``triton_op`` (which export keeps as one opaque custom-op call, and Inductor traces into at compile time):
     its Python body and every Triton kernel it launches. Nothing for other custom ops: their bodies run at call
@@ -137,9 +153,7 @@ def _triton_op_text(op_name: str) -> list[str]:
     kernels = get_triton_kernels_for_op(op_name)
     if not kernels:
         return []
-    from torch._library.custom_ops import OPDEFS
-
-    body = getattr(OPDEFS.get(op_name), "_init_fn", None)
+    body = custom_op_function(op_name)
     try:
         source = inspect.getsource(body) if body is not None else ""
     except (OSError, TypeError):

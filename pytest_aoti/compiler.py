@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import difflib
 import functools
 import os
@@ -215,6 +216,10 @@ class CompiledModel:
 
     def release(self) -> None:
         """Unload the package (its extraction dir goes with it); calls after this raise."""
+        if self.runner is not None and self.health_check is not None and self.health_check() is not None:
+            # On a CUDA context broken by a device-side assert, the container's destructor (it frees device memory)
+            # aborts the process: keep this package loaded for the life of the process instead.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.runner))
         self.runner = None
 
     def _note_poisoned(self, error: BaseException) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -271,3 +273,53 @@ def test_an_edited_triton_kernel_is_a_cache_miss(pytester: pytest.Pytester, run_
         result.stdout.fnmatch_lines(["*FROM_CACHE False*"])
     _keep("triton_kernel_edit", result)
     assert len(list(cache.glob("*/*.pt2"))) == 2
+
+
+def test_out_of_range_embedding_index_names_the_bad_value(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """A token id of 5000 into a 100-row table: the verdict leads with the device assert and the bad input's max."""
+    _write(
+        pytester,
+        """
+        import pytest
+        import torch
+
+        class Embed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = torch.nn.Embedding(100, 16)
+
+            def forward(self, ids):
+                return self.table(ids) * 2
+
+        @pytest.mark.aoti_ima
+        def test_embedding(aoti_compile, aoti_device):
+            compiled = aoti_compile(Embed(), (torch.randint(0, 100, (4, 8)),))
+            compiled(torch.full((4, 8), 5000, dtype=torch.int64, device=aoti_device))
+        """,
+    )
+    result = run_pytest("-p", "no:logging")
+    _keep("embedding_assert", result)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "device-side assert `index out of bounds: 0 <= tmp" in text
+    assert re.search(r"bad input: \w+ \(min 5000, max 5000, .*outside the asserted range \[0, 100\)", text), text
+    assert "repro bundle: " in text
+
+
+def test_sanitizer_stage_and_repro_bundle_on_an_ima(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    _write(pytester, IMA_TESTS.format(marker="@pytest.mark.aoti_ima(stages=('kernels', 'sanitizer'))"))
+    result = run_pytest("-p", "no:logging", "-k", "test_ima")
+    _keep("ima_sanitizer", result)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    _assert_ima_verdict(text)
+    assert re.search(r"^sanitizer: Invalid __global__ read of size \d+ bytes? in \w*gather_shift_kernel", text, re.M)
+    bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs importable: gpu_models", text, re.MULTILINE)
+    assert bundle is not None, text
+    clean = pytester.path / "clean"
+    clean.mkdir()
+    repro = subprocess.run(
+        [sys.executable, str(Path(bundle.group(1)) / "repro.py")], cwd=clean, capture_output=True, text=True
+    )
+    assert repro.returncode != 0
+    assert "illegal memory access" in repro.stdout + repro.stderr
