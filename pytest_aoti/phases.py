@@ -1,8 +1,8 @@
 """Phase markers a child process writes so the parent knows where it died (export, compile, load, run).
 
 Each marker goes to the child's phase file (``PYTEST_AOTI_PHASE_FILE``, opened and closed per write, so it survives
-a crash whatever pytest's output capture does) and to file descriptor 2, so it also sits in the child's log between
-the printer's kernel lines. Only inside a pytest-aoti child.
+a crash whatever pytest's output capture does) and, in a debug stage, to file descriptor 2, so it also sits in the
+stage's log between the printer's kernel lines. Only inside a pytest-aoti child.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ def mark(phase: str, detail: str = "") -> None:
     if phase_file:
         with open(phase_file, "a") as stream:
             stream.write(line)
-    # Leading newline: the printer's last line may lack one, and the marker must start its own line.
-    os.write(2, ("\n" + line).encode())
+    if os.environ.get(CHILD_ENV) != "isolate":
+        # In a debug stage's log, between the printer's kernel lines. (An isolated test's output is captured into
+        # its report, where the markers would be noise.) Leading newline: the printer's last line may lack one.
+        os.write(2, ("\n" + line).encode())
 
 
 def last_phase(log: str) -> str | None:

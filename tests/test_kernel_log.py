@@ -3,6 +3,7 @@ the debug children's raw printer output. Plain functions, no pytest plugin invol
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pytest_aoti import kernel_log
@@ -14,8 +15,9 @@ EVIDENCE = Path(__file__).parent.parent / "docs" / "gpu-evidence"
 def _kernels_stage_log(report: str) -> str:
     text = (EVIDENCE / report).read_text()
     start = text.index("--- log of stage kernels (trimmed) ---")
-    end = text.find("--- log of stage tensors", start)
-    return text[start : end if end != -1 else len(text)]
+    # It ends where the next stage's log or the report's next section ("----- Captured stderr call -----") starts.
+    end = re.compile(r"^(--- log of stage |-{5,} \w)", re.MULTILINE).search(text, start + 1)
+    return text[start : end.start() if end else len(text)]
 
 
 def test_illegal_memory_access_names_the_kernel_that_never_finished() -> None:
