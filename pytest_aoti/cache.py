@@ -186,12 +186,19 @@ def triton_kernels_text(ep: ExportedProgram) -> str:
     return "\n".join(texts)
 
 
+# Written by Inductor itself during a compile (the package's metadata lands in the global config's dict), so it would
+# make the key of the next model in a process depend on what was compiled before it. User metadata passed in
+# ``inductor_configs`` is keyed with them.
+_CONFIG_WRITTEN_BY_COMPILES = ("aot_inductor.metadata",)
+
+
 def inductor_config_text() -> str:
     """Inductor's config as codegen sees it, Inductor's own portable snapshot (what its FX graph cache keys on,
     without settings that change no artifact): catches ``torch._inductor.config.x = ...`` and ``config.patch``."""
     import torch._inductor.config as inductor_config  # torch.export has imported it already
 
-    return repr(sorted((k, repr(v)) for k, v in inductor_config.save_config_portable().items()))
+    snapshot = inductor_config.save_config_portable()
+    return repr(sorted((k, repr(v)) for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES))
 
 
 def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:

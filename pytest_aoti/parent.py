@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.child import ChildRun, replay_warning, run_child
-from pytest_aoti.debug import debug_rerun, not_rerun_reason
+from pytest_aoti.debug import Verdict, debug_rerun, not_rerun_reason
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.reporting import (
     SECTION_TITLE,
@@ -69,8 +69,6 @@ def attach_debug(
     """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
     report. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
     reads ``user_properties`` from that one only."""
-    from pytest_aoti.debug import Verdict
-
     reason = not_rerun_reason(failure, isolated_run)
     if reason is not None:
         verdict = Verdict(report.nodeid, not_rerun=reason)

@@ -113,7 +113,7 @@ def section_text(verdict: Verdict) -> str:
         lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
     elif verdict.last_completed:
         lines.append(f"last completed kernel: {verdict.last_completed}")
-    if verdict.suspects:
+    if verdict.suspects and any(run.stage == "tensors" for run in verdict.stages):
         lines.append(f"suspects (printed by the tensors stage): {', '.join(verdict.suspects)}")
     lines += [f"bad input: {fact}" for fact in bad_values(verdict)]
     if verdict.suspect_inputs:

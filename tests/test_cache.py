@@ -314,3 +314,14 @@ def test_repeated_debug_run_loads_its_debug_packages(
     )
     assert repro.returncode == 1
     assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
+
+
+def test_a_compile_in_the_process_changes_no_later_key(tmp_path: Path) -> None:
+    """Inductor writes each package's metadata into its global config: the key of a model must not depend on what
+    the process compiled before it (the second model of a suite missed in a fresh checkout)."""
+    ep = _export(_seeded())
+    before = package_key(ep, {}, CPU)
+    torch._inductor.aoti_compile_and_package(
+        torch.export.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),)), package_path=str(tmp_path / "other.pt2")
+    )
+    assert package_key(ep, {}, CPU) == before
