@@ -109,6 +109,9 @@ def _builder(
     input moved to ``device``, the session's cache, and build failures turned into test failures."""
     from pytest_aoti.compiler import as_module
 
+    # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
+    cache = session_cache(config)
+
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
         if "more_inputs" in options:
@@ -120,7 +123,7 @@ def _builder(
             _moved(args, device),
             _moved(kwargs, device),
             package_dir=package_dir,
-            cache=session_cache(config),
+            cache=cache,
             **options,
         )
         record.append(compiled)

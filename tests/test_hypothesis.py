@@ -24,18 +24,13 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.export import Dim
 
-from aoti_models import MLP, PlantedBug, STICKY, StickyFailure
+from aoti_models import PlantedBug, STICKY, StickyFailure
 from pytest_aoti import dynamic_inputs
 
 
 def _batch_dynamic(aoti_compile_shared, model, features):
     batch = Dim("batch", min=1, max=64)
     return aoti_compile_shared(model, (torch.randn(4, features),), dynamic_shapes={"x": {0: batch}})
-
-
-@pytest.fixture(scope="module")
-def mlp(aoti_compile_shared):
-    return _batch_dynamic(aoti_compile_shared, MLP(), 8)
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +41,6 @@ def planted(aoti_compile_shared):
 @pytest.fixture(scope="module")
 def sticky(aoti_compile_shared):
     return _batch_dynamic(aoti_compile_shared, StickyFailure(), 4)
-
-
-@settings(max_examples=40, deadline=None)
-@given(data=st.data())
-def test_mlp_over_its_range(mlp, data):
-    inputs = data.draw(dynamic_inputs(mlp))
-    assert 1 <= inputs[0].shape[0] <= 64
-    torch.testing.assert_close(mlp(*inputs), mlp.exported_program.module()(*inputs), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.aoti_ima(stages=("kernels",))
@@ -104,7 +91,7 @@ def _falsifying_batch(text: str, test: str) -> int:
 def test_dynamic_shapes_with_hypothesis(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     result = run_pytest("-p", "no:logging")
-    result.assert_outcomes(passed=1, failed=3)
+    result.assert_outcomes(failed=3)
     text = result.stdout.str()
 
     # Found, shrunk to the threshold, reported with that shape.
