@@ -76,3 +76,9 @@ def watched_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 def left_behind(tmp: Path) -> list[str]:
     return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the end-to-end scenarios (a pytest subprocess each, real compiles) first: xdist's workers then end the
+    run on the quick in-process tests instead of one idling while the other finishes a long scenario."""
+    items.sort(key=lambda item: "run_pytest" not in getattr(item, "fixturenames", ()))
