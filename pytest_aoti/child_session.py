@@ -7,6 +7,7 @@ replay the saved failing example instead of searching again. It never reruns or 
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -22,7 +23,7 @@ class ChildSession:
     def __init__(self, config: pytest.Config, nodeid: str, test_path: str | None, report_file: str | None) -> None:
         self.config = config
         self.nodeid = nodeid
-        self.test_path = Path(test_path) if test_path else None
+        self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
         _replay_hypothesis_failures_only()
 

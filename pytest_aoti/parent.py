@@ -7,6 +7,7 @@ their worker) lives in :class:`XdistController`, registered only where pytest-xd
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -53,8 +54,9 @@ def _workdir(config: pytest.Config, nodeid: str) -> Path:
 
 
 def _test_path(config: pytest.Config, nodeid: str) -> Path:
-    """The file a node id names (its part before the first ``::``, relative to the rootdir)."""
-    return config.rootpath / nodeid.split("::", 1)[0]
+    """The file a node id names (its part before the first ``::``, relative to the rootdir; ``../`` when the tests
+    live outside it), normalized as pytest's own collection paths are."""
+    return Path(os.path.normpath(config.rootpath / nodeid.split("::", 1)[0]))
 
 
 def attach_debug(

@@ -171,3 +171,14 @@ def test_a_nan_verdict_leads_with_the_nan_assert_not_the_wrapper_error(tmp_path:
     verdict = Verdict("t.py::test", stages=[run], last_completed="k", nan_assert="At least one NaN in buf0")
     verdict.first_nonfinite = kernel_log.first_nonfinite(kernel_log.tensor_stats(evidence))
     assert headline(verdict).startswith("failed: NaN assert: At least one NaN in buf0; last kernel completed: k")
+
+
+def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_path: Path) -> None:
+    """Under --rootdir elsewhere, node ids start with ``../``: the file the child collects must be normalized as
+    pytest normalizes its own paths, or the child prunes everything."""
+    from types import SimpleNamespace
+
+    from pytest_aoti.parent import _test_path
+
+    config = SimpleNamespace(rootpath=tmp_path / "elsewhere")
+    assert _test_path(config, "../tests/test_x.py::TestA::test_b[a::b]") == tmp_path / "tests" / "test_x.py"  # type: ignore[arg-type]
