@@ -167,7 +167,8 @@ def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: s
 @contextmanager
 def _terminate_child_on_exit(process: subprocess.Popen[bytes]) -> Iterator[None]:
     """Ctrl-C or SIGTERM in the parent ends the child's process group too (it runs in its own session, where the
-    terminal's signals do not reach it), then goes on as it would have."""
+    terminal's signals do not reach it). Ctrl-C then goes on as it would have; SIGTERM ends the pytest session with
+    exit status 143, its summary printed, instead of killing it mid-write."""
     previous = None
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:
@@ -178,10 +179,14 @@ def _terminate_child_on_exit(process: subprocess.Popen[bytes]) -> Iterator[None]
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
-    except (KeyboardInterrupt, _Terminated):
+    except KeyboardInterrupt:
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()
         raise
+    except _Terminated:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.exit("SIGTERM: pytest-aoti ended the isolated child and stops the session", returncode=143)
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)

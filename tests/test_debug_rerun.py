@@ -224,7 +224,8 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     assert "INTERNALERROR" not in text
 
 
-def test_ctrl_c_in_the_parent_ends_the_isolated_child(pytester: pytest.Pytester, shared_cache: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pytester, sig: signal.Signals) -> None:
     pid_file = pytester.path / "child.pid"
     pytester.makepyfile(
         test_user=f"""
@@ -249,8 +250,8 @@ def test_ctrl_c_in_the_parent_ends_the_isolated_child(pytester: pytest.Pytester,
         assert time.monotonic() < deadline, "the isolated child never started"
         time.sleep(0.2)
     child_pid = int(pid_file.read_text())
-    parent.send_signal(signal.SIGINT)
-    parent.wait(timeout=60)
+    parent.send_signal(sig)
+    assert parent.wait(timeout=60) == (143 if sig == signal.SIGTERM else pytest.ExitCode.INTERRUPTED)
     deadline = time.monotonic() + 10
     while _alive(child_pid):
         assert time.monotonic() < deadline, "the child outlived its parent"
