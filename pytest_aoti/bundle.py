@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,13 +71,10 @@ print("ran without a crash or a NaN/Inf: compare the outputs with eager to check
 
 def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
     """The modules defining the non-aten ops the graph calls, with the directory to import each from."""
-    from pytest_aoti.cache import custom_op_function
+    from pytest_aoti.cache import custom_op_function, custom_op_names
 
     modules: dict[str, str] = {}
-    for node in compiled.exported_program.graph.nodes:
-        name = getattr(getattr(node.target, "_schema", None), "name", "")
-        if not name or name.startswith(("aten::", "prims::")):
-            continue
+    for name in custom_op_names(compiled.exported_program):
         module = sys.modules.get(getattr(custom_op_function(name), "__module__", ""), None)
         path = getattr(module, "__file__", None)
         if module is not None and path:
@@ -103,13 +99,9 @@ def _versions() -> dict[str, Any]:
         versions["triton"] = None
     if torch.cuda.is_available():
         versions["gpu"] = torch.cuda.get_device_name()
-    compiler = os.environ.get("CXX") or shutil.which("g++") or "c++"
-    try:
-        versions["compiler"] = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.split(
-            "\n"
-        )[0]
-    except OSError:
-        versions["compiler"] = None
+    from pytest_aoti.cache import compiler_identity
+
+    versions["compiler"] = compiler_identity()
     return versions
 
 

@@ -70,7 +70,7 @@ def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
 
 
 @functools.cache
-def _compiler_identity() -> str:
+def compiler_identity() -> str:
     # Inductor's default choice (CXX, else the platform compiler), without importing Inductor on a cache hit.
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
     try:
@@ -126,6 +126,16 @@ def _triton_kernel_text(kernel: Any) -> str:
     return "\n".join(parts)
 
 
+def custom_op_names(ep: ExportedProgram) -> list[str]:
+    """The qualified names (``ns::op``) of the custom ops the graph calls, in order, each once."""
+    names: dict[str, None] = {}
+    for node in ep.graph.nodes:
+        name = getattr(getattr(node.target, "_schema", None), "name", "")
+        if node.op == "call_function" and name and not name.startswith(("aten::", "prims::")):
+            names[name] = None
+    return list(names)
+
+
 def custom_op_function(op_name: str) -> Any:
     """The user's Python function behind a custom op (``torch.library.custom_op`` or ``triton_op``), or None.
     ``triton_op`` registers a torch-internal closure around it: unwrap that."""
@@ -166,23 +176,16 @@ def triton_kernels_text(ep: ExportedProgram) -> str:
     inside), and kernels called through Triton's wrapper op. The graph names neither by its source, so without this
     an edited kernel would keep its key and a stale package would be served."""
     texts: list[str] = []
-    seen_ops: set[str] = set()
     for node in ep.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if "triton_kernel_wrapper" in str(node.target):
+        if node.op == "call_function" and "triton_kernel_wrapper" in str(node.target):
             from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
             texts.append(_triton_kernel_text(kernel_side_table.get_kernel(node.kwargs.get("kernel_idx"))))
             constant_idx = node.kwargs.get("constant_args_idx")
             if constant_idx is not None:
                 texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
-            continue
-        schema = getattr(node.target, "_schema", None)
-        op_name = getattr(schema, "name", "")
-        if op_name and not op_name.startswith(("aten::", "prims::")) and op_name not in seen_ops:
-            seen_ops.add(op_name)
-            texts += _triton_op_text(op_name)
+    for op_name in custom_op_names(ep):
+        texts += _triton_op_text(op_name)
     return "\n".join(texts)
 
 
@@ -221,7 +224,7 @@ def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: t
         inductor_config_text(),
         json.dumps(codegen_environment()),
         _device_identity(device),
-        _compiler_identity(),
+        compiler_identity(),
     ):
         digest.update(part.encode())
         digest.update(b"\0")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import difflib
 import functools
 import os
@@ -338,6 +339,7 @@ def compile_model(
                 built, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
                 package_path, from_cache = cache.store(key, built, compile_seconds), False
     runner = load_package(package_path, device, extract_dir=package_dir)
+    spec = program_spec(exported)
     return CompiledModel(
         package_path=package_path,
         exported_program=exported,
@@ -345,7 +347,7 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=program_spec(exported, dim_names(module, args, kwargs, dynamic_shapes, exported)),
+        spec=dataclasses.replace(spec, dim_names=dim_names(module, args, kwargs, dynamic_shapes, spec)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         inductor_configs=dict(inductor_configs or {}),
@@ -369,7 +371,7 @@ def dim_names(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     dynamic_shapes: Any,
-    exported: ExportedProgram,
+    spec: ProgramSpec,
 ) -> dict[Any, str]:
     """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
     speak the user's language. Empty where the mapping cannot be made."""
@@ -392,15 +394,15 @@ def dim_names(
     from pytest_aoti.invariants import TensorSpec
 
     names: dict[Any, str] = {}
-    specs = [s for s in program_spec(exported).inputs if isinstance(s, TensorSpec)]
+    tensor_specs = [s for s in spec.inputs if isinstance(s, TensorSpec)]
     tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-    for tensor, spec in zip(tensors, specs, strict=False):
+    for tensor, tensor_spec in zip(tensors, tensor_specs, strict=False):
         dims = dims_of.get(id(tensor))
         items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
         for axis, dim in items:
-            if not isinstance(dim, Dim) or axis >= len(spec.shape):
+            if not isinstance(dim, Dim) or axis >= len(tensor_spec.shape):
                 continue
-            expr = spec.shape[axis]
+            expr = tensor_spec.shape[axis]
             symbols: set[Any] = getattr(expr, "free_symbols", set())
             if len(symbols) == 1:
                 root = dim.root if isinstance(dim, _DerivedDim) else dim

@@ -94,7 +94,8 @@ def test_dynamic_dims_carry_the_users_names() -> None:
     args = (torch.randn(4, 3), torch.randn(8, 3))
     shapes = {"x": {0: batch}, "y": {0: 2 * batch}}
     ep = torch.export.export(Pair(), args, dynamic_shapes=shapes)
-    spec = program_spec(ep, dim_names(Pair(), args, {}, shapes, ep))
+    spec = program_spec(ep)
+    spec = program_spec(ep, dim_names(Pair(), args, {}, shapes, spec))
     with pytest.raises(AOTIInvariantError, match=r"dim 0 is batch, batch=17 outside \[2, 16\]"):
         check_inputs(spec, [torch.randn(17, 3), torch.randn(34, 3)], CPU)
     with pytest.raises(AOTIInvariantError, match=r"expected \(2\*batch, 3\), got \(9, 3\)"):
