@@ -107,6 +107,12 @@ def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
     """The parent's command line, plus what a child must change: no xdist, and no output capture for the debug
     stages (the printer writes to the file descriptors, which must reach the log even if the child crashes)."""
     command = [*_launcher(config), *(str(arg) for arg in config.invocation_params.args)]
+    # pytest picks the rootdir and ini file from the paths among the arguments that exist when it starts, option
+    # values included: a directory made since (``--aoti-cache-dir new/dir``) would move the child's rootdir, and
+    # every node id with it. Pin both to the parent's.
+    command.append(f"--rootdir={config.rootpath}")
+    if config.inipath is not None:
+        command += ["-c", str(config.inipath)]
     if config.pluginmanager.has_plugin("xdist"):
         command += ["-n", "0"]
     if not capture:

@@ -24,8 +24,10 @@ from torch.export.graph_signature import TensorArgument
 from pytest_aoti import phases
 from pytest_aoti.bundle import BUNDLE_ENV, write_call
 from pytest_aoti.cache import PackageCache
+from pytest_aoti.debug import NUMERICS_ENV
 from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
 from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
+from pytest_aoti.numerics import Capture
 
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel
@@ -455,9 +457,12 @@ def check_model(
             )
         else:
             input_sets.append(validate_inputs(extra, None, what=f"more_inputs[{number}]"))
+    numerics_dir = os.environ.get(NUMERICS_ENV)  # the numerics debug stage: capture both sides of every call
     for number, (call_args, call_kwargs) in enumerate(input_sets):
-        actual = compiled.call(call_args, call_kwargs)
-        with torch.no_grad():
+        capture = Capture(Path(numerics_dir), number) if numerics_dir else None
+        with capture.package() if capture else contextlib.nullcontext():
+            actual = compiled.call(call_args, call_kwargs)
+        with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
             expected = module(*call_args, **call_kwargs)
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
         try:
@@ -470,5 +475,9 @@ def check_model(
                 msg=functools.partial(_mismatch_message, label),
             )
         except AssertionError as mismatch:
+            if capture is not None:
+                flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, call_args, call_kwargs)
+                tolerance = (rtol, atol) if rtol is not None and atol is not None else None
+                capture.explain(compiled.package_path, compiled.exported_program, flat, tolerance)
             raise AOTIMismatchError(str(mismatch)) from None
     return compiled

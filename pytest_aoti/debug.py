@@ -4,15 +4,19 @@ Stage ``kernels``: synchronous, uncached CUDA memory, runtime input checks, NaN 
 names). A kernel with ``before_launch`` and no ``after_launch`` is where the process died; otherwise the last kernel
 that completed is named. Stage ``tensors``: printer mode 2 filtered to the suspects, for their tensors' stats and the
 first kernel whose output holds NaN/Inf. Both flags are codegen-time, so each stage compiles its own package; the
-package cache keys on them, so an unchanged failure debugged again loads its debug packages instead.
+package cache keys on them, so an unchanged failure debugged again loads its debug packages instead. Stage
+``sanitizer``: compute-sanitizer memcheck over the test. Stage ``numerics`` (package-vs-eager mismatches): printer
+mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child names the first kernel that diverges.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +44,9 @@ def sanitizer_path() -> str | None:
 
 
 FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
+# Stage numerics: every kernel's arguments saved before and after its launch, and the kernel -> graph node map.
+NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
+NUMERICS_FINDING = "numerics.json"
 
 
 @dataclass
@@ -62,6 +69,7 @@ class Verdict:
     phase: str | None = None
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
     sanitizer: kernel_log.SanitizerError | None = None
+    numerics: dict[str, Any] | None = None  # pytest_aoti.numerics.Finding, as the child wrote it
 
     @property
     def reproduced(self) -> bool:
@@ -84,6 +92,18 @@ def tensors_env(kernels: tuple[str, ...], extra: Mapping[str, str]) -> dict[str,
     # No NaN asserts here: on CUDA they stop the run at the first NaN buffer, before the printer shows it.
     sanity = {k: v for k, v in SANITY_ENV.items() if k != "TORCHINDUCTOR_NAN_ASSERTS"}
     return {**sanity, PRINTER_ENV: "2", FILTER_ENV: ",".join(kernels), **extra}
+
+
+def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    return {PRINTER_ENV: "1", "INDUCTOR_PROVENANCE": "1", NUMERICS_ENV: str(directory), **extra}
+
+
+def read_finding(directory: Path) -> dict[str, Any] | None:
+    try:
+        finding = json.loads((directory / NUMERICS_FINDING).read_text())
+    except (OSError, ValueError):
+        return None
+    return finding if isinstance(finding, dict) else None
 
 
 def not_rerun_reason(failure_kind: str | None, isolated_run: ChildRun | None) -> str | None:
@@ -113,6 +133,7 @@ def debug_rerun(
     stages: tuple[str, ...],
     nonfinite_failure: bool,
     sanitizer_on_cuda_error: bool = False,
+    mismatch: bool = False,
 ) -> Verdict:
     """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
 
@@ -139,7 +160,22 @@ def debug_rerun(
         verdict.stages.append(run)
         return run
 
+    if "numerics" in stages:
+        if mismatch:
+            run = stage("numerics", numerics_env(workdir / "numerics", extra_env))
+            verdict.phase = run.phase
+            verdict.numerics = read_finding(workdir / "numerics")
+            if verdict.numerics is None and run.outcome == "failed":
+                verdict.notes.append(
+                    "stage numerics found no mismatch to explain (the failure in this run was another)"
+                )
+        else:
+            verdict.notes.append(
+                "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, "
+                "and this failure is not one"
+            )
     log = ""
+    stopped = False  # a stage timed out: later ones would hang the same way
     if "kernels" in stages:
         first = stage("kernels", kernels_env(extra_env))
         log = first.log
@@ -151,12 +187,13 @@ def debug_rerun(
         verdict.cuda_error = kernel_log.cuda_error(log)
         verdict.device_assert = kernel_log.device_assert(log)
         if first.outcome == "timed out" and len(stages) > 1:
+            stopped = True
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
     launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
     suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
     verdict.suspects = suspects
     reproduced = not verdict.stages or verdict.reproduced
-    if "tensors" in stages and suspects and reproduced and not verdict.notes:
+    if "tensors" in stages and suspects and reproduced and not stopped:
         second = stage("tensors", tensors_env(suspects, extra_env))
         second_log = second.log
         stats = kernel_log.tensor_stats(second_log)
@@ -168,7 +205,7 @@ def debug_rerun(
         verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
         verdict.phase = verdict.phase or second.phase
     cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
-    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not verdict.notes:
+    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not stopped:
         tool = sanitizer_path()
         if tool is None:
             verdict.notes.append(

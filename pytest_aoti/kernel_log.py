@@ -138,9 +138,18 @@ def cuda_error(log: str) -> str | None:
     return match.group("message").strip() if match else None
 
 
+_SAVE_LINE = "aoti_torch_save_tensor_handle:"
+
+
 def trim(log: str, *, head: int = 60, tail: int = 120) -> str:
-    """Keep the first ``head`` and last ``tail`` lines of a long log, saying how many were left out."""
+    """Keep the first ``head`` and last ``tail`` lines of a long log, saying how many were left out. Printer mode 1's
+    line per saved tensor is counted, not shown."""
     lines = log.splitlines()
+    saves = [line for line in lines if line.startswith(_SAVE_LINE)]
+    if saves:
+        lines = [line for line in lines if not line.startswith(_SAVE_LINE)]
+        lines.append(f"({len(saves)} 'aoti_torch_save_tensor_handle' lines of the printer left out)")
+        log = "\n".join(lines)
     if len(lines) <= head + tail:
         return log
     skipped = len(lines) - head - tail

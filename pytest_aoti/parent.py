@@ -83,7 +83,8 @@ def attach_debug(
             timeout=request.timeout,
             extra_env=request.env,
             kernels=request.kernels,
-            stages=request.stages,
+            stages=request.stages_for(failure),
+            mismatch=failure == "mismatch",
             nonfinite_failure=failure == "output_nonfinite",
             sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
         )
@@ -243,7 +244,13 @@ class XdistController:
         armed = self.armed.get(crashitem)
         if armed is None:
             return
-        request = DebugRequest(**{**armed, "kernels": tuple(armed["kernels"]), "stages": tuple(armed["stages"])})
+        request = DebugRequest(
+            **{
+                **armed,
+                "kernels": tuple(armed["kernels"]),
+                "stages": tuple(armed["stages"]) if armed["stages"] is not None else None,
+            }
+        )
         self.crash_properties[crashitem] = attach_debug(
             self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None
         )

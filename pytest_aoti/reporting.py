@@ -59,6 +59,58 @@ def bad_values(verdict: Verdict) -> list[str]:
     return facts
 
 
+def _kernel_text(found: dict[str, Any]) -> str:
+    index = tuple(found.get("index", ()))
+    return (
+        f"{found['kernel']} (nodes: {', '.join(found.get('nodes', ())) or '?'}) max abs err {found['max_abs']:.3g}, "
+        f"max rel err {found['max_rel']:.3g} at index {index}"
+    )
+
+
+def divergence(finding: dict[str, Any]) -> str:
+    """Stage numerics' answer in one line: the first divergent kernel, or why there is none."""
+    found = finding.get("diverged")
+    if found:
+        inputs = "inputs matched eager" if found.get("inputs_matched") else "; ".join(found.get("input_notes", ()))
+        return f"first divergent kernel: {_kernel_text(found)}; {inputs}"
+    if not finding.get("compared"):
+        return "numerics: " + ("; ".join(finding.get("notes", ())) or "no kernel output could be compared")
+    text = f"no kernel diverged from eager beyond rounding noise ({finding.get('noise')})"
+    past = finding.get("past_tolerance")
+    if past:
+        return (
+            f"{text}; the test's tolerance ({finding.get('test_tolerance')}) is tighter than the arithmetic allows: "
+            f"the first kernel past it is {_kernel_text(past)}"
+        )
+    return f"{text}; every kernel matched at the test's tolerance: the mismatch is in the comparison itself"
+
+
+def divergence_details(finding: dict[str, Any]) -> list[str]:
+    found = finding.get("diverged") or finding.get("past_tolerance")
+    lines = []
+    if found and found.get("as_exported"):
+        lines.append(
+            f"the exported program computes what the package does at {found['node']}: the difference comes from "
+            "export, not Inductor (Python state read at trace time, e.g. a counter or an attribute, is a constant "
+            "in the graph while eager reads it afresh)"
+        )
+    elif found and found.get("closer"):
+        closer = "both are as close" if found["closer"] == "neither" else f"the {found['closer']} is closer"
+        lines.append(
+            f"float64 reference of {found['node']}: {closer} (package max abs err "
+            f"{found['package_err64']:.3g}, eager {found['eager_err64']:.3g})"
+        )
+    if found and found.get("within_noise") is False and finding.get("past_tolerance") and finding.get("diverged"):
+        lines.append(
+            f"earlier, within rounding noise but past the test's tolerance: {_kernel_text(finding['past_tolerance'])}"
+        )
+    lines.append(
+        f"kernel outputs compared with eager: {finding.get('compared', 0)} over {finding.get('launches', 0)} launches"
+    )
+    lines += [f"numerics: {note}" for note in finding.get("notes", ())]
+    return lines
+
+
 def headline(verdict: Verdict) -> str:
     if verdict.not_rerun:
         return f"not rerun: {verdict.not_rerun}"
@@ -93,12 +145,15 @@ def headline(verdict: Verdict) -> str:
         parts.append(f"NaN assert: {verdict.nan_assert}")
     if verdict.first_nonfinite is not None:
         parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}")
+    if verdict.numerics is not None:
+        parts.append(divergence(verdict.numerics))
     return "; ".join(parts)
 
 
 def _stage_line(run: ChildRun) -> str:
     printer = run.env_delta.get(PRINTER_ENV)
     what = "compute-sanitizer memcheck" if run.stage == "sanitizer" else f"printer={printer}"
+    what += ", provenance tracking" if run.stage == "numerics" else ""
     what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ""
     return f"stage {run.stage} ({what}): {run.describe()} [{run.seconds:.1f} s]"
 
@@ -107,6 +162,9 @@ def section_text(verdict: Verdict) -> str:
     lines = [f"verdict: {headline(verdict)}"]
     lines += [_stage_line(run) for run in verdict.stages]
     lines += verdict.notes
+    if verdict.numerics is not None:
+        lines.append(divergence(verdict.numerics))
+        lines += divergence_details(verdict.numerics)
     if verdict.sanitizer is not None:
         lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
     if verdict.died_in:
@@ -169,6 +227,9 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_bundle", str(verdict.bundle)))
     if verdict.sanitizer is not None:
         properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
+    if verdict.numerics is not None:
+        found = verdict.numerics.get("diverged")
+        properties.append(("aoti_first_divergent_kernel", found["kernel"] if found else "none"))
     return properties
 
 

@@ -32,8 +32,11 @@ DEFAULT_RERUN_TIMEOUT = 900.0
 DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
-STAGES = ("kernels", "tensors", "sanitizer")
+STAGES = ("kernels", "tensors", "sanitizer", "numerics")
+# Without stages=, the failure picks them: a package-vs-eager mismatch gets ``numerics`` (which kernel diverged), any
+# other failure ``kernels`` and ``tensors`` (where it crashed, which tensor went bad).
 DEFAULT_STAGES = ("kernels", "tensors")
+MISMATCH_STAGES = ("numerics",)
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,13 @@ class DebugRequest:
     timeout: float
     env: Mapping[str, str]
     kernels: tuple[str, ...]
-    stages: tuple[str, ...]
+    stages: tuple[str, ...] | None  # None: chosen by the failure's kind (see DEFAULT_STAGES)
     sanitizer_on_cuda_error: bool = False
+
+    def stages_for(self, failure: str | None) -> tuple[str, ...]:
+        if self.stages is not None:
+            return self.stages
+        return MISMATCH_STAGES if failure == "mismatch" else DEFAULT_STAGES
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -141,7 +149,7 @@ def _aoti_ima_signature(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     kernels: Sequence[str] = (),
-    stages: Sequence[str] = DEFAULT_STAGES,
+    stages: Sequence[str] | None = None,
 ) -> None: ...
 
 
@@ -152,9 +160,10 @@ def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = Fa
 
 
 MARKERS = {
-    "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=('kernels', 'tensors')): when the test "
-    "fails, rerun it alone in a fresh interpreter under PyTorch's AOTI debugging environment and report "
-    "the suspect kernel; stages may also name 'sanitizer' (compute-sanitizer memcheck, CUDA)",
+    "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=None): when the test fails, rerun it alone "
+    "in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel; stages "
+    "(default: 'numerics' for a package-vs-eager mismatch, else 'kernels' and 'tensors') may name 'kernels', "
+    "'tensors', 'sanitizer' (compute-sanitizer memcheck, CUDA) and 'numerics' (first kernel that diverges from eager)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
@@ -220,13 +229,14 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
     kernels = tuple(kernels)
     if not all(isinstance(k, str) and k for k in kernels):
         raise pytest.UsageError(f"{where}: kernels= expected a list of kernel names, got {kernels!r}")
-    stages = args.get("stages", DEFAULT_STAGES)
-    if isinstance(stages, str) or not isinstance(stages, Iterable):
-        raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
-    stages = tuple(stages)
-    if not stages or any(stage not in STAGES for stage in stages):
-        raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
-    if "tensors" in stages and "kernels" not in stages and not kernels:
+    stages = args.get("stages")
+    if stages is not None:
+        if isinstance(stages, str) or not isinstance(stages, Iterable):
+            raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
+        stages = tuple(stages)
+        if not stages or any(stage not in STAGES for stage in stages):
+            raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
+    if stages is not None and "tensors" in stages and "kernels" not in stages and not kernels:
         raise pytest.UsageError(f"{where}: stages=('tensors',) alone needs kernels= to know what to print")
     return DebugRequest(
         timeout=timeout if timeout is not None else settings.rerun_timeout,
