@@ -238,39 +238,18 @@ def run_child(
     child_env.update(env_delta)
     command = [*prefix, *child_command(config, capture=capture)]
     cwd = config.invocation_params.dir
-    started = time.monotonic()
-    timed_out = False
     try:
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [*command, *_isolating_overrides(config, workdir)],
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            with _terminate_child_on_exit(process):
-                try:
-                    process.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) dumps every thread's traceback into the log.
-                    _signal_group(process.pid, signal.SIGABRT)
-                    try:
-                        process.wait(timeout=_KILL_GRACE_SECONDS)
-                    except subprocess.TimeoutExpired:
-                        _signal_group(process.pid, signal.SIGKILL)
-                        process.wait()
-            # Compile workers the child started must not outlive it.
-            _signal_group(process.pid, signal.SIGKILL)
+        returncode, timed_out, seconds = run_process(
+            [*command, *_isolating_overrides(config, workdir)],
+            env=child_env,
+            cwd=cwd,
+            log_path=log_path,
+            timeout=timeout,
+        )
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    seconds = time.monotonic() - started
 
     reports, child_warnings = read_reports(config, report_path)
-    returncode = process.returncode
     signal_name = _signal_name(returncode)
     if timed_out:
         outcome, error = "timed out", f"stopped after {timeout:g} s"
@@ -294,6 +273,40 @@ def run_child(
         error=error,
         timeout=timeout if timed_out else None,
     )
+
+
+def run_process(
+    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, timeout: float
+) -> tuple[int, bool, float]:
+    """Run ``command`` in its own process group, its output to ``log_path``; stop the group at ``timeout`` (SIGABRT
+    first, for faulthandler's tracebacks) and when this process is interrupted. Returns (return code, timed out,
+    seconds)."""
+    started = time.monotonic()
+    timed_out = False
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        with _terminate_child_on_exit(process):
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _signal_group(process.pid, signal.SIGABRT)
+                try:
+                    process.wait(timeout=_KILL_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    _signal_group(process.pid, signal.SIGKILL)
+                    process.wait()
+        # Compile workers the child started must not outlive it.
+        _signal_group(process.pid, signal.SIGKILL)
+    return process.returncode, timed_out, time.monotonic() - started
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -12,7 +12,9 @@ mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child nam
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.bundle import BUNDLE_ENV
-from pytest_aoti.child import ChildRun, run_child
+from pytest_aoti.child import ChildRun, run_child, run_process
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -70,6 +72,8 @@ class Verdict:
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
     sanitizer: kernel_log.SanitizerError | None = None
     numerics: dict[str, Any] | None = None  # pytest_aoti.numerics.Finding, as the child wrote it
+    minified: dict[str, Any] | None = None  # pytest_aoti.minify's result (minify.json)
+    minify_log: Path | None = None
 
     @property
     def reproduced(self) -> bool:
@@ -134,6 +138,7 @@ def debug_rerun(
     nonfinite_failure: bool,
     sanitizer_on_cuda_error: bool = False,
     mismatch: bool = False,
+    minify_budget: float = 300.0,
 ) -> Verdict:
     """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
 
@@ -214,9 +219,44 @@ def debug_rerun(
         else:
             run = stage("sanitizer", {**SANITIZER_ENV, **extra_env}, prefix=(tool, *SANITIZER_ARGS))
             verdict.sanitizer = kernel_log.sanitizer_error(run.log)
+    if "minify" in stages and not stopped:
+        _minify(verdict, bundle, workdir, budget=minify_budget, mismatch=mismatch)
     if (bundle / "repro.py").exists():
         for run in verdict.stages:
             if run.log_path.exists():
                 shutil.copyfile(run.log_path, bundle / run.log_path.name)
         verdict.bundle = bundle
     return verdict
+
+
+def _minify_target(verdict: Verdict) -> str:
+    """How a minified candidate must fail to count as the same failure."""
+    if any(run.outcome == "crashed" for run in verdict.stages):
+        return "crash"
+    if verdict.first_nonfinite is not None or verdict.nan_assert is not None:
+        return "nonfinite"
+    return "error"
+
+
+def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mismatch: bool) -> None:
+    """Stage minify: ``python -m pytest_aoti.minify`` over the bundle, in its own process (it starts one per
+    candidate); the result lands in ``bundle/minified``."""
+    if mismatch:
+        verdict.notes.append("stage minify not run: a package-vs-eager mismatch needs eager to judge candidates")
+        return
+    if not (bundle / "exported_program.pt2").exists() or not verdict.reproduced:
+        verdict.notes.append("stage minify not run: no repro bundle of a reproduced failure to minify")
+        return
+    want = _minify_target(verdict)
+    log_path = workdir / "minify.log"
+    command = [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--want", want, "--budget", f"{budget:g}"]
+    # The search itself stops at the budget; the margin covers its start-up and the last candidate's judge.
+    returncode, timed_out, _ = run_process(
+        command, env=os.environ, cwd=workdir, log_path=log_path, timeout=budget + 120
+    )
+    verdict.minify_log = log_path
+    try:
+        verdict.minified = json.loads((bundle / "minified" / "minify.json").read_text())
+    except (OSError, ValueError):
+        how = "timed out" if timed_out else f"exited with {returncode}"
+        verdict.notes.append(f"stage minify {how} without a result (log: {log_path})")

@@ -87,6 +87,7 @@ def attach_debug(
             mismatch=failure == "mismatch",
             nonfinite_failure=failure == "output_nonfinite",
             sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
+            minify_budget=request.minify_budget,
         )
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))

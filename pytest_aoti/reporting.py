@@ -111,6 +111,18 @@ def divergence_details(finding: dict[str, Any]) -> list[str]:
     return lines
 
 
+def minified_text(result: dict[str, Any]) -> str:
+    """Stage minify's answer: node counts before and after, and where the minimal repro is."""
+    if "nodes_after" not in result:
+        why = result.get("error") or "no smaller failing graph found"
+        return f"minify: {why} ({result.get('candidates', 0)} candidates in {result.get('seconds', 0)} s)"
+    stop = "budget reached" if result.get("out_of_time") else "done"
+    return (
+        f"minify: {result['nodes_before']} -> {result['nodes_after']} nodes, still {result.get('want')} "
+        f"({result.get('candidates', 0)} candidates in {result.get('seconds', 0)} s, {stop}): {result.get('repro')}"
+    )
+
+
 def headline(verdict: Verdict) -> str:
     if verdict.not_rerun:
         return f"not rerun: {verdict.not_rerun}"
@@ -167,6 +179,11 @@ def section_text(verdict: Verdict) -> str:
         lines += divergence_details(verdict.numerics)
     if verdict.sanitizer is not None:
         lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
+    if verdict.minified is not None:
+        lines.append(minified_text(verdict.minified))
+        lines.append(f"minify candidates: {', '.join(verdict.minified.get('verdicts', ())) or 'none'}")
+    if verdict.minify_log is not None:
+        lines.append(f"minify log: {verdict.minify_log}")
     if verdict.died_in:
         lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
     elif verdict.last_completed:
@@ -227,6 +244,11 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_bundle", str(verdict.bundle)))
     if verdict.sanitizer is not None:
         properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
+    if verdict.minified is not None and "nodes_after" in verdict.minified:
+        result = verdict.minified
+        properties.append(
+            ("aoti_minified", f"{result['nodes_before']} -> {result['nodes_after']} nodes: {result['repro']}")
+        )
     if verdict.numerics is not None:
         found = verdict.numerics.get("diverged")
         properties.append(("aoti_first_divergent_kernel", found["kernel"] if found else "none"))

@@ -26,13 +26,19 @@ SANITIZER_DESC = (
     "also run compute-sanitizer (memcheck) over a debugged test whose failure shows a CUDA error, where "
     "compute-sanitizer is installed"
 )
+MINIFY_DESC = (
+    "add stage minify to every debug rerun: shrink the repro bundle's graph to the fewest nodes that still crash "
+    "(or make NaN/Inf, or fail), each candidate judged in its own process"
+)
+MINIFY_BUDGET_DESC = "seconds stage minify may search before keeping the smallest failing graph found (default 300)"
+DEFAULT_MINIFY_BUDGET = 300.0
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
 DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
-STAGES = ("kernels", "tensors", "sanitizer", "numerics")
+STAGES = ("kernels", "tensors", "sanitizer", "numerics", "minify")
 # Without stages=, the failure picks them: a package-vs-eager mismatch gets ``numerics`` (which kernel diverged), any
 # other failure ``kernels`` and ``tensors`` (where it crashed, which tensor went bad).
 DEFAULT_STAGES = ("kernels", "tensors")
@@ -46,6 +52,8 @@ class Settings:
     isolate: bool
     rerun_timeout: float
     sanitizer: bool
+    minify: bool
+    minify_budget: float
     cache_dir: Path
     use_cache: bool
     cache_clear: bool
@@ -61,11 +69,14 @@ class DebugRequest:
     kernels: tuple[str, ...]
     stages: tuple[str, ...] | None  # None: chosen by the failure's kind (see DEFAULT_STAGES)
     sanitizer_on_cuda_error: bool = False
+    minify: bool = False  # --aoti-minify: add stage minify whatever the stages
+    minify_budget: float = DEFAULT_MINIFY_BUDGET
 
     def stages_for(self, failure: str | None) -> tuple[str, ...]:
-        if self.stages is not None:
-            return self.stages
-        return MISMATCH_STAGES if failure == "mismatch" else DEFAULT_STAGES
+        stages = self.stages
+        if stages is None:
+            stages = MISMATCH_STAGES if failure == "mismatch" else DEFAULT_STAGES
+        return (*stages, "minify") if self.minify and "minify" not in stages else stages
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -83,6 +94,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("debug", DEBUG_DESC, flag=True, ini_type="bool", default=False)
     option("isolate", ISOLATE_DESC, flag=True, ini_type="bool", default=False)
     option("sanitizer", SANITIZER_DESC, flag=True, ini_type="bool", default=False)
+    option("minify", MINIFY_DESC, flag=True, ini_type="bool", default=False)
+    option("minify-budget", MINIFY_BUDGET_DESC, default=str(DEFAULT_MINIFY_BUDGET))
     option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
     option("cache-dir", CACHE_DIR_DESC, default="")
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
@@ -119,6 +132,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"{device_source}: unknown device {device!r}; expected auto, cpu, cuda or cuda:N")
     timeout_raw, timeout_source = _value(config, "rerun-timeout")
     cap_raw, cap_source = _value(config, "cache-max-mb")
+    budget_raw, budget_source = _value(config, "minify-budget")
     cache_dir_raw, _ = _value(config, "cache-dir")
     if cache_dir_raw:
         cache_dir = Path(cache_dir_raw).expanduser()
@@ -132,6 +146,8 @@ def resolve(config: pytest.Config) -> Settings:
         isolate=bool(_value(config, "isolate")[0]),
         rerun_timeout=_positive_number(timeout_raw, timeout_source, what="seconds"),
         sanitizer=bool(_value(config, "sanitizer")[0]),
+        minify=bool(_value(config, "minify")[0]),
+        minify_budget=_positive_number(budget_raw, budget_source, what="seconds"),
         cache_dir=cache_dir,
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(_value(config, "cache-clear")[0]),
@@ -163,7 +179,8 @@ MARKERS = {
     "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=None): when the test fails, rerun it alone "
     "in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel; stages "
     "(default: 'numerics' for a package-vs-eager mismatch, else 'kernels' and 'tensors') may name 'kernels', "
-    "'tensors', 'sanitizer' (compute-sanitizer memcheck, CUDA) and 'numerics' (first kernel that diverges from eager)",
+    "'tensors', 'sanitizer' (compute-sanitizer memcheck, CUDA), 'numerics' (first kernel that diverges from eager) "
+    "and 'minify' (the repro bundle's graph shrunk to the fewest failing nodes)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
@@ -236,6 +253,11 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
         stages = tuple(stages)
         if not stages or any(stage not in STAGES for stage in stages):
             raise pytest.UsageError(f"{where}: stages= expected a non-empty subset of {STAGES}, got {stages!r}")
+    if stages == ("minify",):
+        raise pytest.UsageError(
+            f"{where}: stages=('minify',) alone has no repro bundle to minify (the first other stage writes it): "
+            "add 'kernels'"
+        )
     if stages is not None and "tensors" in stages and "kernels" not in stages and not kernels:
         raise pytest.UsageError(f"{where}: stages=('tensors',) alone needs kernels= to know what to print")
     return DebugRequest(
@@ -244,6 +266,8 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
         kernels=kernels,
         stages=stages,
         sanitizer_on_cuda_error=settings.sanitizer,
+        minify=settings.minify,
+        minify_budget=settings.minify_budget,
     )
 
 

@@ -1,0 +1,298 @@
+"""Stage ``minify``: shrink a repro bundle's graph to the fewest nodes that still fail, each candidate judged in its
+own process.
+
+PyTorch's AOTI minifier (``torch._dynamo.repro.aoti``) compiles and runs every candidate in-process, so the first
+candidate that segfaults ends the search. Here the search (``torch._functorch.fx_minifier.minifier``: truncate the
+suffix, then delta-debug) runs in this process, and each candidate is exported, saved and handed to a fresh
+interpreter (``--judge``) that compiles and runs it under the bundle's environment. A candidate fails when its judge
+fails the way the original did: killed by a signal (``crash``), NaN/Inf in its outputs (``nonfinite``), or an error
+while running the package (``error``). A candidate that cannot be exported or compiled is not a failing one. Past the
+time budget every further candidate counts as passing, so the search ends with the smallest graph found so far.
+
+Usage: ``python -m pytest_aoti.minify BUNDLE --want crash|nonfinite|error --budget SECONDS``. The result is
+``BUNDLE/minified/`` (a bundle of its own, with the same ``repro.py``) and ``BUNDLE/minified/minify.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULT_FILE = "minify.json"
+_EXIT_NONFINITE = 10
+_EXIT_RUN_ERROR = 11
+_EXIT_NOT_RUN = 12  # export, compile or load failed: not the failure being minified
+_COPIED = ("env.json", "custom_ops.json", "inductor_configs.json", "versions.json", "repro.py")
+
+
+def _import_custom_ops(bundle: Path) -> None:
+    for entry in json.loads((bundle / "custom_ops.json").read_text()):
+        sys.path.insert(0, entry["path"])
+        importlib.import_module(entry["module"])
+
+
+def judge(candidate: Path) -> int:
+    """Compile and run one candidate (in a fresh interpreter started with the bundle's environment)."""
+    import torch
+
+    _import_custom_ops(candidate)
+    try:
+        program = torch.export.load(candidate / "exported_program.pt2")
+        inputs = torch.load(candidate / "inputs.pt", weights_only=False)
+        configs = json.loads((candidate / "inductor_configs.json").read_text())
+        package = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(candidate / "candidate.pt2"), inductor_configs=configs
+        )
+        runner = torch._inductor.aoti_load_package(package)
+    except Exception as error:
+        print(f"not run: {type(error).__name__}: {error}", flush=True)
+        return _EXIT_NOT_RUN
+    try:
+        outputs = runner(*inputs["args"], **inputs["kwargs"])
+        if any(t.is_cuda for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)):
+            torch.cuda.synchronize()
+    except Exception as error:
+        print(f"run error: {type(error).__name__}: {error}", flush=True)
+        return _EXIT_RUN_ERROR
+    for output in torch.utils._pytree.tree_leaves(outputs):
+        if isinstance(output, torch.Tensor) and output.is_floating_point() and not torch.isfinite(output).all():
+            return _EXIT_NONFINITE
+    return 0
+
+
+def save_values(bundle: Path, directory: Path) -> None:
+    """Run the bundle's graph eagerly and save every node's tensor value as soon as it exists (in a sacrificial
+    process: the op that crashes the package often crashes eager too; the values before it survive)."""
+    import torch
+
+    _import_custom_ops(bundle)
+    module, flat_inputs = _load(bundle)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    class Saving(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            value = super().run_node(n)
+            if isinstance(value, torch.Tensor):
+                torch.save(value, directory / f"{n.name}.pt")
+            return value
+
+    with torch.no_grad():
+        Saving(module).run(*flat_inputs)
+
+
+def _load(bundle: Path) -> tuple[Any, list[Any]]:
+    """The bundle's program as a flat-input graph module, and its flat inputs."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    program = torch.export.load(bundle / "exported_program.pt2")
+    inputs = torch.load(bundle / "inputs.pt", weights_only=False)
+    module = program.module(check_guards=False)
+    flat_inputs = pytree.tree_leaves((tuple(inputs["args"]), dict(inputs["kwargs"])))
+    # The minifier works on a flat-input graph; the exported module's pytree calling convention is not one.
+    return torch.fx.GraphModule(module, _flat_graph(module)), flat_inputs
+
+
+def _saved_values_prop(directory: Path) -> Any:
+    """A stand-in for the minifier's ``ConcreteProp``, which runs the graph in this process to learn every node's
+    value: it reads the values :func:`save_values` left instead. A node without one is never cut loose from its
+    producers by delta debugging (the minifier skips nodes whose value it does not know)."""
+    import torch
+
+    class SavedValues:
+        def __init__(self, module: Any, **_: Any) -> None:
+            self.module = module
+
+        def propagate(self, *args: Any) -> None:
+            for node in self.module.graph.nodes:
+                path = directory / f"{node.name}.pt"
+                if node.op == "call_function":
+                    node.meta["concrete_value"] = torch.load(path, weights_only=True) if path.exists() else None
+
+    return SavedValues
+
+
+def _verdict(returncode: int) -> str:
+    if returncode < 0:
+        return "crash"
+    return {_EXIT_NONFINITE: "nonfinite", _EXIT_RUN_ERROR: "error"}.get(returncode, "passed")
+
+
+def _node_count(module: Any) -> int:
+    return sum(1 for node in module.graph.nodes if node.op == "call_function")
+
+
+class _OutOfTime(Exception):
+    """Ends the minifier's search at the budget; the smallest failing candidate so far is the result."""
+
+
+class Search:
+    """The candidates' judge for the minifier, with the bookkeeping the report needs."""
+
+    def __init__(self, bundle: Path, want: str, budget: float, workdir: Path) -> None:
+        self.bundle = bundle
+        self.want = want
+        self.deadline = time.monotonic() + budget
+        self.workdir = workdir
+        self.env = {**os.environ, **json.loads((bundle / "env.json").read_text())}
+        self.judged = 0
+        self.failing = 0
+        self.out_of_time = False
+        self.verdicts: list[str] = []  # per candidate: its verdict and seconds, for the report
+        self.smallest: tuple[Any, Any] | None = None  # the smallest failing candidate: (module, inputs)
+
+    def save(self, module: Any, inputs: Any, directory: Path) -> bool:
+        """Export ``module`` on ``inputs`` and write it as a bundle; False when export rejects the candidate."""
+        import torch
+
+        try:
+            program = torch.export.export(module, tuple(inputs), strict=False)
+        except Exception:
+            return False
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.export.save(program, directory / "exported_program.pt2")
+        torch.save({"args": tuple(inputs), "kwargs": {}}, directory / "inputs.pt")
+        for name in _COPIED:
+            if (self.bundle / name).exists():
+                shutil.copyfile(self.bundle / name, directory / name)
+        return True
+
+    def fails(self, module: Any, inputs: Any) -> bool:
+        if time.monotonic() > self.deadline:
+            self.out_of_time = True
+            raise _OutOfTime
+        candidate = self.workdir / f"candidate-{self.judged}"
+        self.judged += 1
+        if not self.save(module, inputs, candidate):
+            self.verdicts.append("not exportable")
+            return False
+        started = time.monotonic()
+        remaining = max(self.deadline - started, 1.0)
+        with open(candidate / "judge.log", "w") as log:
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge", str(candidate)],
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=remaining,
+                    start_new_session=True,
+                )
+                verdict = _verdict(done.returncode)
+            except subprocess.TimeoutExpired:
+                self.out_of_time = True
+                self.verdicts.append(f"stopped at the budget ({time.monotonic() - started:.1f} s)")
+                raise _OutOfTime from None
+        self.verdicts.append(f"{verdict} ({time.monotonic() - started:.1f} s)")
+        shutil.rmtree(candidate, ignore_errors=True)
+        failing = verdict == self.want
+        if failing:
+            self.failing += 1
+            if self.smallest is None or _node_count(module) < _node_count(self.smallest[0]):
+                self.smallest = (module, list(inputs))
+        return failing
+
+
+def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
+    import torch._functorch.fx_minifier as fx_minifier
+
+    started = time.monotonic()
+    _import_custom_ops(bundle)
+    flat_module, flat_inputs = _load(bundle)
+    before = _node_count(flat_module)
+    out = bundle / "minified"
+    shutil.rmtree(out, ignore_errors=True)
+    search = Search(bundle, want, budget, bundle / "minify-work")
+    search.workdir.mkdir(parents=True, exist_ok=True)
+    values = search.workdir / "values"
+    with open(search.workdir / "values.log", "w") as log:
+        subprocess.run(
+            [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=max(budget, 60.0),
+            start_new_session=True,
+        )
+    fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
+    result: dict[str, Any] = {"want": want, "nodes_before": before, "budget_s": budget}
+    smallest: tuple[Any, Any] | None
+    try:
+        smallest = fx_minifier.minifier(
+            flat_module,
+            flat_inputs,
+            module_fails=search.fails,
+            dump_state=lambda graph, inps: None,  # the minified bundle is written below
+            skip_offload=True,
+            skip_sanity=True,  # the debug stages already saw the original fail
+        )
+    except _OutOfTime:
+        smallest = search.smallest
+    except Exception as error:  # the minifier's own errors: report, keep the smallest failing graph found
+        result.update(error=f"{type(error).__name__}: {error}")
+        smallest = search.smallest
+    if smallest is not None and search.save(smallest[0], smallest[1], out):
+        result["nodes_after"] = _node_count(smallest[0])
+        result["repro"] = str(out / "repro.py")
+    result.update(
+        candidates=search.judged,
+        failing_candidates=search.failing,
+        verdicts=search.verdicts,
+        out_of_time=search.out_of_time,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    shutil.rmtree(search.workdir, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _flat_graph(module: Any) -> Any:
+    """The exported module's graph with the pytree (in/out spec) calling convention replaced by plain positional
+    placeholders and a tuple output: what the minifier expects."""
+    import copy
+
+    import torch
+
+    graph = copy.deepcopy(module.graph)
+    graph._codegen = torch.fx.graph.CodeGen()
+    output = next(node for node in graph.nodes if node.op == "output")
+    values = output.args[0]
+    if not isinstance(values, tuple | list):
+        output.args = ((values,),)
+    for node in list(graph.nodes):
+        if node.op == "call_module" and node.target == "_guards_fn":
+            graph.erase_node(node)
+    graph.lint()
+    return graph
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_aoti.minify", description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--want", choices=("crash", "nonfinite", "error"), default="crash")
+    parser.add_argument("--budget", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--judge", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--values", type=Path, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.judge:
+        return judge(options.bundle)
+    if options.values:
+        save_values(options.bundle, options.values)
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    result = minify(options.bundle, options.want, options.budget)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

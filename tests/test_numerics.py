@@ -1,0 +1,155 @@
+"""Accuracy triage (stage ``numerics``) on real compiles and real divergences: a Python counter that export bakes in
+and eager reads afresh, a bfloat16 model compared with float32-tight tolerances, a float32 model compared exactly.
+The verdict must name the kernel where package and eager part, not the first or the last one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import RunPytest, junit_cases
+
+NUMERICS_TESTS = """
+import pytest
+import torch
+
+
+class Counter(torch.nn.Module):
+    # linear -> pointwise reading a call counter -> linear -> softmax: extern calls between the three stages.
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 16)
+        self.second = torch.nn.Linear(16, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = torch.relu(self.first(x)) * self.calls + 0.5
+        return torch.softmax(self.second(h), dim=-1)
+
+
+class Gated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        h = self.up(x)
+        h = torch.nn.functional.silu(h) * torch.tanh(h) + h.exp() * 0.1
+        return self.down(h)
+
+
+def test_counter(aoti_check):
+    # Export traces one call ahead, as eager's first call: the second input set is where they part.
+    aoti_check(Counter(), (torch.randn(3, 8),), more_inputs=[(torch.randn(3, 8),)])
+
+
+def test_bf16(aoti_check):
+    model = Gated().to(torch.bfloat16)
+    aoti_check(model, (torch.randn(8, 32, dtype=torch.bfloat16),), rtol=1e-5, atol=1e-5)
+
+
+def test_exact(aoti_check):
+    aoti_check(Gated(), (torch.randn(8, 32),), rtol=0.0, atol=0.0)
+
+
+@pytest.mark.aoti_ima(stages=("numerics",))
+def test_not_a_mismatch(aoti_check):
+    aoti_check(Gated(), (torch.randn(8, 32),))
+    assert False, "the test's own assertion"
+"""
+
+MIDDLE_KERNEL = "cpp_fused_add_mul_relu_0"
+BF16_KERNEL = "cpp_fused_add_exp_mul_silu_tanh_0"
+
+
+def _section(text: str, test: str) -> str:
+    start = text.index(f"_ {test} _")
+    return text[start : text.index("--- log of stage", start)]
+
+
+def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    pytester.makepyfile(test_numerics_user=NUMERICS_TESTS)
+    result = run_pytest("--aoti-debug", "--junitxml=report.xml", "-rf")
+    result.assert_outcomes(failed=4)
+    text = result.stdout.str()
+
+    counter = _section(text, "test_counter")
+    # The middle stage, not the linear before it nor the softmax after it; its input (the first linear) matched.
+    assert f"first divergent kernel: {MIDDLE_KERNEL} (nodes: add, mul, relu)" in counter
+    assert "inputs matched eager" in counter
+    assert "the difference comes from export, not Inductor" in counter
+    assert "stage numerics (printer=1, provenance tracking): failed" in counter
+    assert "stage kernels" not in counter  # a mismatch gets numerics only: kernels/tensors show nothing for it
+
+    bf16 = _section(text, "test_bf16")
+    assert f"first divergent kernel: {BF16_KERNEL}" in bf16
+    assert "float64 reference of add: the package is closer" in bf16
+
+    exact = _section(text, "test_exact")
+    assert "no kernel diverged from eager beyond rounding noise" in exact
+    assert "the test's tolerance (rtol=0, atol=0) is tighter than the arithmetic allows" in exact
+
+    other = _section(text, "test_not_a_mismatch")
+    assert "stage numerics not run: it explains a package-vs-eager mismatch" in other
+
+    # The terminal summary names the kernel too.
+    summary = text[text.rindex("= aoti =") :]
+    assert f"test_numerics_user.py::test_counter: failed" in summary
+    assert f"first divergent kernel: {MIDDLE_KERNEL}" in summary
+
+    cases = junit_cases(pytester.path / "report.xml")
+    assert cases["test_counter"]["properties"]["aoti_first_divergent_kernel"] == MIDDLE_KERNEL  # type: ignore[index]
+    assert cases["test_bf16"]["properties"]["aoti_first_divergent_kernel"] == BF16_KERNEL  # type: ignore[index]
+    assert cases["test_exact"]["properties"]["aoti_first_divergent_kernel"] == "none"  # type: ignore[index]
+    bundle = Path(cases["test_counter"]["properties"]["aoti_bundle"])  # type: ignore[index]
+    assert (bundle / "repro.py").exists()
+
+
+# -- fast: the pieces, on real torch without a compile -----------------------------------------------------------
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu_(self.lin(x)) * self.scale
+
+
+def test_eager_values_follow_eager_not_the_exported_program() -> None:
+    from pytest_aoti.numerics import Capture, node_values
+
+    model = _Scaled()
+    x = torch.randn(2, 4)
+    program = torch.export.export(model, (x,))
+    model.scale = 3.0  # eager now computes something else at node mul
+    capture = Capture(Path("unused"), 0)
+    with torch.no_grad(), capture.eager():
+        model(x)
+    values = node_values(capture.recorder.ops, program, [x])
+    # relu_ in eager aligns with relu in the exported program.
+    torch.testing.assert_close(values.eager["relu_"], values.exported["relu_"])
+    torch.testing.assert_close(values.eager["mul"], values.exported["mul"] * 3)
+    torch.testing.assert_close(values.reference["mul"], values.exported["mul"].double())
+
+
+def test_compare_reports_the_worst_element_and_both_tolerances() -> None:
+    from pytest_aoti.numerics import compare
+
+    expected = torch.zeros(2, 3)
+    actual = expected.clone()
+    actual[1, 2] = 0.5
+    difference = compare(actual, expected, None)
+    assert difference is not None
+    assert difference.index == (1, 2) and difference.max_abs == 0.5 and difference.diverged
+    tiny = compare(expected + 1e-7, expected, (0.0, 0.0))
+    assert tiny is not None and tiny.beyond_test and not tiny.beyond_noise and not tiny.diverged
+    both_nan = compare(torch.tensor([float("nan")]), torch.tensor([float("nan")]), None)
+    assert both_nan is not None and not both_nan.diverged
+    assert compare(torch.zeros(3), torch.zeros(4), None) is None
