@@ -131,7 +131,7 @@ def _isolating_overrides(config: pytest.Config, workdir: Path) -> list[str]:
     return overrides
 
 
-def _private_tmpdir(workdir: Path) -> Path:
+def private_tmpdir(workdir: Path) -> Path:
     """A TMPDIR for the child, so the ``aotinductor_*`` dirs its loader leaks (failed loads, killed processes)
     go away with it, still sharing Inductor's cache and precompiled headers through a link."""
     private = Path(tempfile.mkdtemp(prefix="tmp-", dir=workdir))
@@ -222,7 +222,7 @@ def run_child(
     phase_path = workdir / f"{stage}.phases"
     for stale in (report_path, phase_path):
         stale.unlink(missing_ok=True)
-    tmpdir = _private_tmpdir(workdir)
+    tmpdir = private_tmpdir(workdir)
     env_delta = {
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",

@@ -24,7 +24,7 @@ import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.bundle import BUNDLE_ENV
-from pytest_aoti.child import ChildRun, run_child, run_process
+from pytest_aoti.child import ChildRun, private_tmpdir, run_child, run_process
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -250,10 +250,14 @@ def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mis
     want = _minify_target(verdict)
     log_path = workdir / "minify.log"
     command = [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--want", want, "--budget", f"{budget:g}"]
-    # The search itself stops at the budget; the margin covers its start-up and the last candidate's judge.
-    returncode, timed_out, _ = run_process(
-        command, env=os.environ, cwd=workdir, log_path=log_path, timeout=budget + 120
-    )
+    tmpdir = private_tmpdir(workdir)  # what the candidates' loads leave (a judge stopped at the budget) goes with it
+    try:
+        # The search itself stops at the budget; the margin covers its start-up and the last candidate's judge.
+        returncode, timed_out, _ = run_process(
+            command, env={**os.environ, "TMPDIR": str(tmpdir)}, cwd=workdir, log_path=log_path, timeout=budget + 120
+        )
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     verdict.minify_log = log_path
     try:
         verdict.minified = json.loads((bundle / "minified" / "minify.json").read_text())

@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,7 +63,8 @@ def judge(candidate: Path) -> int:
             torch.cuda.synchronize()
     except Exception as error:
         print(f"run error: {type(error).__name__}: {error}", flush=True)
-        return _EXIT_RUN_ERROR
+        # Under the debug environment's NaN asserts a NaN is an error naming it.
+        return _EXIT_NONFINITE if re.search(r"\bnan\b", str(error), re.IGNORECASE) else _EXIT_RUN_ERROR
     for output in torch.utils._pytree.tree_leaves(outputs):
         if isinstance(output, torch.Tensor) and output.is_floating_point() and not torch.isfinite(output).all():
             return _EXIT_NONFINITE
@@ -121,6 +123,14 @@ def _saved_values_prop(directory: Path) -> Any:
     return SavedValues
 
 
+def _nonfinite_input(inputs: Any) -> bool:
+    import torch
+
+    return any(
+        isinstance(x, torch.Tensor) and x.is_floating_point() and not bool(torch.isfinite(x).all()) for x in inputs
+    )
+
+
 def _verdict(returncode: int) -> str:
     if returncode < 0:
         return "crash"
@@ -170,6 +180,9 @@ class Search:
         if time.monotonic() > self.deadline:
             self.out_of_time = True
             raise _OutOfTime
+        if _nonfinite_input(inputs):
+            # Delta debugging turns nodes into inputs holding their values: a NaN fed in explains nothing.
+            return False
         candidate = self.workdir / f"candidate-{self.judged}"
         self.judged += 1
         if not self.save(module, inputs, candidate):

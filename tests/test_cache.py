@@ -300,10 +300,15 @@ def test_repeated_debug_run_loads_its_debug_packages(
     assert "torch.__trace" not in text
     # The parent and each stage's child print their own cache line: three packages, the stages' keyed on their env.
     assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 3
-    second = run_pytest()
+    # Again, and minified this time: the graph shrinks to the one node that makes the NaN.
+    second = run_pytest("--aoti-minify", "--aoti-minify-budget=25")
     second.assert_outcomes(failed=1)
-    assert second.stdout.str().count("aoti cache: 1 hits, 0 misses") == 3
-    assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in second.stdout.str()
+    again = second.stdout.str()
+    assert again.count("aoti cache: 1 hits, 0 misses") == 3
+    assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in again
+    minified = re.search(r"^minify: 2 -> 1 nodes, still nonfinite \(.*\): (\S+)$", again, re.MULTILINE)
+    assert minified is not None, again
+    assert Path(minified.group(1)).exists()
 
     # The repro bundle reproduces the NaN without pytest, from a clean directory.
     bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs only torch\)", text, re.MULTILINE)

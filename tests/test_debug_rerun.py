@@ -49,7 +49,16 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     (pytester.path / "tests" / "aoti_models.py").write_text(MODELS_SOURCE)
     (pytester.path / "sub").mkdir()
     result = run_pytest(
-        "../tests", "-n", "2", "--aoti-debug", "-p", "no:logging", "--junitxml=../report.xml", cwd=pytester.path / "sub"
+        "../tests",
+        "-n",
+        "2",
+        "--aoti-debug",
+        "--aoti-minify",
+        "--aoti-minify-budget=25",
+        "-p",
+        "no:logging",
+        "--junitxml=../report.xml",
+        cwd=pytester.path / "sub",
     )
     result.assert_outcomes(passed=2, failed=1)
     # A crashed worker, two crashed debug children and the compiles leave nothing in TMPDIR.
@@ -86,6 +95,12 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert properties["aoti_signal"] == "SIGSEGV"
     assert properties["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
     assert properties["aoti_rerun_outcome"] == "crashed with SIGSEGV"
+    # Minified within its budget, each candidate judged in its own process (the crashing ones too).
+    minified = re.match(r"6 -> (\d) nodes: (\S+/minified/repro.py)$", str(properties["aoti_minified"]))
+    assert minified is not None and int(minified.group(1)) < 6, properties
+    assert re.search(
+        r"^minify: 6 -> \d nodes, still crash \(\d+ candidates in .* s, (done|budget reached)\)", text, re.M
+    )
     assert cases["test_passes_before"]["outcomes"] == cases["test_passes_after"]["outcomes"] == []
 
     # The repro bundle reproduces the crash without pytest and without the test file, from a clean directory.

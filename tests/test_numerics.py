@@ -67,8 +67,10 @@ BF16_KERNEL = "cpp_fused_add_exp_mul_silu_tanh_0"
 
 
 def _section(text: str, test: str) -> str:
+    """The failure report of ``test``, up to the next test's (or the summary)."""
     start = text.index(f"_ {test} _")
-    return text[start : text.index("--- log of stage", start)]
+    ends = [text.find(marker, start + 1) for marker in ("\n______", "short test summary info")]
+    return text[start : min(end for end in ends if end != -1)]
 
 
 def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -98,7 +100,7 @@ def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, ru
 
     # The terminal summary names the kernel too.
     summary = text[text.rindex("= aoti =") :]
-    assert f"test_numerics_user.py::test_counter: failed" in summary
+    assert "test_numerics_user.py::test_counter: failed" in summary
     assert f"first divergent kernel: {MIDDLE_KERNEL}" in summary
 
     cases = junit_cases(pytester.path / "report.xml")
