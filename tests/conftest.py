@@ -78,7 +78,22 @@ def left_behind(tmp: Path) -> list[str]:
     return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))
 
 
+# The longest scenarios (a minute or more each on 2 cores: several children, compiles, a minify budget).
+LONGEST_FIRST = (
+    "test_repeated_debug_run_loads_its_debug_packages",
+    "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase",
+    "test_numerics_names_the_first_divergent_kernel",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the end-to-end scenarios (a pytest subprocess each, real compiles) first: xdist's workers then end the
-    run on the quick in-process tests instead of one idling while the other finishes a long scenario."""
-    items.sort(key=lambda item: "run_pytest" not in getattr(item, "fixturenames", ()))
+    """Start the end-to-end scenarios (a pytest subprocess each, real compiles) first, the longest of them first:
+    xdist's workers then end the run together on the quick in-process tests instead of one idling while the other
+    finishes a long scenario."""
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        e2e = "run_pytest" in getattr(item, "fixturenames", ())
+        name = getattr(item, "originalname", item.name)
+        return (not e2e, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST))
+
+    items.sort(key=order)

@@ -77,7 +77,7 @@ class TestGroup:
 
 
 @pytest.mark.aoti_ima(stages=("kernels",))
-@pytest.mark.parametrize("label", ["a b::c [d]", "ü"])
+@pytest.mark.parametrize("label", ["a b::c [d] ü"])
 def test_nan(aoti_compile, request, label):
     assert request.config.getoption("--scale") == "3"
     aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
@@ -90,10 +90,9 @@ def test_healthy(aoti_check):
     (root / "sub").mkdir()
     monkeypatch.setenv("PYTEST_ADDOPTS", "--flavour=spicy")
     result = run_pytest("../tests", "--scale=3", "--junitxml=../report.xml", "-p", "no:logging", cwd=root / "sub")
-    result.assert_outcomes(passed=1, failed=3)
+    result.assert_outcomes(passed=1, failed=2)
     text = result.stdout.str()
     _assert_crash_verdict(text)
-    assert text.count("nonfinite invariant violated") >= 2
     assert (
         len(
             re.findall(
@@ -102,11 +101,11 @@ def test_healthy(aoti_check):
                 text,
             )
         )
-        == 2
+        == 1
     ), text
     cases = junit_cases(root / "report.xml")
-    # pytest escapes non-ASCII ids (the child found "test_nan[\\xfc]" by the same id).
-    assert set(cases) == {"test_crash", "test_nan[a b::c [d]]", "test_nan[\\xfc]", "test_healthy"}
+    # pytest escapes non-ASCII ids (the child found "test_nan[a b::c [d] \\xfc]" by the same id).
+    assert set(cases) == {"test_crash", "test_nan[a b::c [d] \\xfc]", "test_healthy"}
     assert cases["test_crash"]["outcomes"] == ["failure"]
     assert cases["test_crash"]["properties"]["aoti_signal"] == "SIGSEGV"  # type: ignore[index]
     assert cases["test_crash"]["properties"]["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH  # type: ignore[index]

@@ -1,6 +1,7 @@
 """Accuracy triage (stage ``numerics``) on real compiles and real divergences: a Python counter that export bakes in
 and eager reads afresh, a bfloat16 model compared with float32-tight tolerances, a float32 model compared exactly.
-The verdict must name the kernel where package and eager part, not the first or the last one."""
+The verdict must name the kernel where package and eager part, not the first or the last one. (Three tests share
+the counter model: its packages, normal and numerics, compile once.)"""
 
 from __future__ import annotations
 
@@ -53,12 +54,13 @@ def test_bf16(aoti_check):
 
 
 def test_exact(aoti_check):
-    aoti_check(Gated(), (torch.randn(8, 32),), rtol=0.0, atol=0.0)
+    # The first call agrees but for float32 rounding (softmax), which an exact comparison rejects.
+    aoti_check(Counter(), (torch.randn(3, 8),), rtol=0.0, atol=0.0)
 
 
 @pytest.mark.aoti_ima(stages=("numerics",))
 def test_not_a_mismatch(aoti_check):
-    aoti_check(Gated(), (torch.randn(8, 32),))
+    aoti_check(Counter(), (torch.randn(3, 8),))
     assert False, "the test's own assertion"
 """
 

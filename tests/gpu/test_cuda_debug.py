@@ -323,3 +323,40 @@ def test_sanitizer_stage_and_repro_bundle_on_an_ima(pytester: pytest.Pytester, r
     )
     assert repro.returncode != 0
     assert "illegal memory access" in repro.stdout + repro.stderr
+
+
+def test_numerics_names_the_divergent_triton_kernel(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """The planted divergence of tests/test_numerics.py on CUDA: a call counter export bakes in and eager reads
+    afresh, in the pointwise stage between two matmuls. The verdict names that stage's Triton kernel."""
+    _write(
+        pytester,
+        """
+        import torch
+
+        class Counter(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = torch.nn.Linear(64, 128)
+                self.second = torch.nn.Linear(128, 32)
+                self.calls = 0
+
+            def forward(self, x):
+                self.calls += 1
+                h = torch.relu(self.first(x)) * self.calls + 0.5
+                return torch.softmax(self.second(h), dim=-1)
+
+        def test_counter(aoti_check, aoti_device):
+            x = torch.randn(16, 64, device=aoti_device)
+            aoti_check(Counter(), (x,), more_inputs=[(torch.randn(16, 64, device=aoti_device),)])
+        """,
+    )
+    result = run_pytest("-p", "no:logging", "--aoti-debug", "--junitxml=report.xml")
+    _keep("numerics_counter", result)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    found = re.search(r"first divergent kernel: (triton_\w+) \(nodes: ([^)]*)\)", text)
+    assert found is not None, text
+    assert "mul" in found.group(2).split(", ") and "softmax" not in found.group(2), text
+    assert "inputs matched eager" in text
+    assert "the difference comes from export, not Inductor" in text
+    assert re.search(r"stage numerics \(printer=1, provenance tracking\): failed: .* \[[\d.]+ s\]", text)
