@@ -226,16 +226,19 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     search = Search(bundle, want, budget, bundle / "minify-work")
     search.workdir.mkdir(parents=True, exist_ok=True)
-    values = search.workdir / "values"
-    with open(search.workdir / "values.log", "w") as log:
-        subprocess.run(
-            [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=max(budget, 60.0),
-            start_new_session=True,
-        )
-    fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
+    if want != "nonfinite":
+        # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the minifier's eager pass (the values delta
+        # debugging needs) runs in a sacrificial process, whose values up to the crash survive on disk.
+        values = search.workdir / "values"
+        with open(search.workdir / "values.log", "w") as log:
+            subprocess.run(
+                [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(budget, 60.0),
+                start_new_session=True,
+            )
+        fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
     result: dict[str, Any] = {"want": want, "nodes_before": before, "budget_s": budget}
     smallest: tuple[Any, Any] | None
     try:

@@ -44,6 +44,9 @@ from pytest_aoti.debug import NUMERICS_FINDING
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
 _SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')
 _HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\w+):(\d+)")
+# The wrapper hands a dead buffer's memory to a new one: ``auto buf1 = std::move(buf0);  // reuse``.
+_REUSE = re.compile(r"auto\s+(\w+)\s*=\s*std::move\((\w+)\);\s*//\s*reuse")
+_DEVICE_SUFFIX = re.compile(r"_(cpu|cuda(?::\d+)?|xpu(?::\d+)?|mps)\.pt$")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Launch:
     kernel: str
     args: tuple[str, ...]
     nodes: tuple[str, ...] = ()  # pre-grad nodes: the exported program's node names
+    reused: tuple[tuple[str, str], ...] = ()  # (new, old) buffer names handed over since the previous launch
 
 
 def package_launches(package_path: Path) -> list[Launch]:
@@ -67,10 +71,15 @@ def package_launches(package_path: Path) -> list[Launch]:
             return []
         source = archive.read(wrapper).decode(errors="replace")
         info: dict[str, Any] = json.loads(archive.read(info_name)) if info_name else {}
-    parsed: list[tuple[str, list[str], tuple[str, ...]]] = []
+    parsed: list[tuple[str, list[str], tuple[str, ...], tuple[tuple[str, str], ...]]] = []
     handle: str | None = None
     last_when: str | None = None
+    reused: list[tuple[str, str]] = []
     for line in source.splitlines():
+        moved = _REUSE.search(line)
+        if moved:
+            reused.append((moved.group(1), moved.group(2)))
+            continue
         found = _HANDLE.search(line)
         if found:
             handle = f"{found.group(1)}:{found.group(2)}"
@@ -82,10 +91,11 @@ def package_launches(package_path: Path) -> list[Launch]:
         if when == "before":
             # A launch is its run of before_launch saves, the call, then its after_launch saves.
             if last_when != "before" or parsed[-1][0] != kernel:
-                parsed.append((kernel, [], _nodes(info, handle, kernel)))
+                parsed.append((kernel, [], _nodes(info, handle, kernel), tuple(reused)))
+                reused = []
             parsed[-1][1].append(arg)
         last_when = when
-    return [Launch(kernel, tuple(args), nodes) for kernel, args, nodes in parsed]
+    return [Launch(kernel, tuple(args), nodes, moves) for kernel, args, nodes, moves in parsed]
 
 
 def _nodes(info: dict[str, Any], handle: str | None, kernel: str) -> tuple[str, ...]:
@@ -97,9 +107,12 @@ def _nodes(info: dict[str, Any], handle: str | None, kernel: str) -> tuple[str, 
 
 
 def saved_tensor(capture_dir: Path, when: str, kernel: str, arg: str) -> torch.Tensor | None:
-    for device in ("cpu", "cuda"):
-        path = capture_dir / "tmp" / f"aoti_torch{when}_launch_{kernel}_{arg}_{device}.pt"
-        if path.exists():
+    """One tensor the printer saved: ``aoti_torch<when>_launch_<kernel>_<arg>_<device>.pt`` (device ``cpu``,
+    ``cuda:0``, …)."""
+    prefix = f"aoti_torch{when}_launch_{kernel}_{arg}"
+    for path in (capture_dir / "tmp").glob(prefix + "_*.pt"):
+        suffix = _DEVICE_SUFFIX.search(path.name)
+        if suffix is not None and path.name[: suffix.start()] == prefix:
             value = torch.load(path, map_location="cpu", weights_only=True)
             return value if isinstance(value, torch.Tensor) else None
     return None
@@ -286,8 +299,9 @@ class KernelFinding:
     max_rel: float
     index: list[int]
     within_noise: bool
-    inputs_matched: bool
-    input_notes: list[str] = field(default_factory=list)
+    inputs_matched: bool  # no input that could be compared differs from eager
+    input_notes: list[str] = field(default_factory=list)  # the inputs that differ
+    inputs_not_compared: list[str] = field(default_factory=list)
     closer: str | None = None  # "package", "eager" or "neither": which is nearer the float64 reference
     package_err64: float | None = None
     eager_err64: float | None = None
@@ -328,21 +342,30 @@ def first_divergence(
     """Walk the launches in order; see the module docstring."""
     finding = Finding(launches=len(launches), notes=list(values.notes))
     position = {name: number for number, name in enumerate(values.order)}
-    written: dict[str, tuple[str, bool]] = {}  # buffer -> (node it holds, matched eager)
+    written: dict[str, tuple[str, str | None]] = {}  # buffer -> (kernel that wrote it, node it holds if known)
     first_dtype: torch.dtype | None = None
     last_launch = {node: number for number, launch in enumerate(launches, start=1) for node in launch.nodes}
     for number, launch in enumerate(launches, start=1):
         before = {arg: saved_tensor(capture_dir, "before", launch.kernel, arg) for arg in launch.args}
         after = {arg: saved_tensor(capture_dir, "after", launch.kernel, arg) for arg in launch.args}
+        for new, old in launch.reused:
+            if old in written:
+                written[new] = written.pop(old)
+        # Its inputs: what earlier launches wrote into its arguments (model inputs and weights are eager's own).
         input_notes: list[str] = []
+        unknown_inputs: list[str] = []
         for arg in launch.args:
             held = written.get(arg)
             value = before[arg]
-            if held is None or value is None or held[0] not in values.eager:
+            if held is None or value is None:
                 continue
-            difference = compare(value, values.eager[held[0]], tolerance)
+            writer, node = held
+            if node is None or node not in values.eager:
+                unknown_inputs.append(f"{arg} (written by {writer}: no graph node holds its value)")
+                continue
+            difference = compare(value, values.eager[node], tolerance)
             if difference is not None and difference.diverged:
-                input_notes.append(f"{arg} (node {held[0]}) differs from eager: max abs err {difference.max_abs:.3g}")
+                input_notes.append(f"{arg} (node {node}) differs from eager: max abs err {difference.max_abs:.3g}")
         outputs = [
             arg
             for arg in launch.args
@@ -369,15 +392,16 @@ def first_divergence(
             outputs.remove(arg)
             first_dtype = first_dtype or expected.dtype
             finding.compared += 1
-            written[arg] = (node, not difference.diverged)
+            written[arg] = (launch.kernel, node)
             if difference.beyond_test and (worst is None or difference.max_abs > worst[1].max_abs):
                 produced = after[arg]
                 assert produced is not None
                 found = _kernel_finding(launch, number, node, arg, produced, expected, difference, values)
                 found.inputs_matched, found.input_notes = not input_notes, input_notes
+                found.inputs_not_compared = unknown_inputs
                 worst = (found, difference)
         for arg in outputs:  # written, but holding no node's value we know
-            written.pop(arg, None)
+            written[arg] = (launch.kernel, None)
         if worst is not None:
             if worst[1].diverged:
                 finding.diverged = worst[0]

@@ -67,12 +67,19 @@ def _kernel_text(found: dict[str, Any]) -> str:
     )
 
 
+def _inputs_text(found: dict[str, Any]) -> str:
+    if not found.get("inputs_matched"):
+        return "; ".join(found.get("input_notes", ()))
+    if found.get("inputs_not_compared"):
+        return "inputs matched eager where compared; not compared: " + ", ".join(found["inputs_not_compared"])
+    return "inputs matched eager"
+
+
 def divergence(finding: dict[str, Any]) -> str:
     """Stage numerics' answer in one line: the first divergent kernel, or why there is none."""
     found = finding.get("diverged")
     if found:
-        inputs = "inputs matched eager" if found.get("inputs_matched") else "; ".join(found.get("input_notes", ()))
-        return f"first divergent kernel: {_kernel_text(found)}; {inputs}"
+        return f"first divergent kernel: {_kernel_text(found)}; {_inputs_text(found)}"
     if not finding.get("compared"):
         return "numerics: " + ("; ".join(finding.get("notes", ())) or "no kernel output could be compared")
     text = f"no kernel diverged from eager beyond rounding noise ({finding.get('noise')})"

@@ -88,8 +88,9 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Start the end-to-end scenarios (a pytest subprocess each, real compiles) first, the longest of them first:
-    xdist's workers then end the run together on the quick in-process tests instead of one idling while the other
-    finishes a long scenario."""
+    with xdist's work stealing (``--dist=worksteal`` in pyproject.toml; its default hands each worker a run of
+    consecutive tests, which put every long scenario on the first worker) the workers then end together on the quick
+    in-process tests."""
 
     def order(item: pytest.Item) -> tuple[bool, int]:
         e2e = "run_pytest" in getattr(item, "fixturenames", ())
