@@ -227,8 +227,9 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
     search = Search(bundle, want, budget, bundle / "minify-work")
     search.workdir.mkdir(parents=True, exist_ok=True)
     if want != "nonfinite":
-        # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the minifier's eager pass (the values delta
-        # debugging needs) runs in a sacrificial process, whose values up to the crash survive on disk.
+        # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the
+        # minifier's eager pass (the values delta debugging needs) runs in a sacrificial process, whose values
+        # up to the crash survive on disk.
         values = search.workdir / "values"
         with open(search.workdir / "values.log", "w") as log:
             subprocess.run(
