@@ -7,7 +7,8 @@ suffix, then delta-debug) runs in this process, and each candidate is exported, 
 interpreter (``--judge``) that compiles and runs it under the bundle's environment. A candidate fails when its judge
 fails the way the original did: killed by a signal (``crash``), NaN/Inf in its outputs (``nonfinite``), or an error
 while running the package (``error``). A candidate that cannot be exported or compiled is not a failing one. Past the
-time budget every further candidate counts as passing, so the search ends with the smallest graph found so far.
+time budget (or when the next candidate could not finish before it, judging by the slowest so far) the search ends
+with the smallest failing graph found so far.
 
 Usage: ``python -m pytest_aoti.minify BUNDLE --want crash|nonfinite|error --budget SECONDS``. The result is
 ``BUNDLE/minified/`` (a bundle of its own, with the same ``repro.py``) and ``BUNDLE/minified/minify.json``.
@@ -159,6 +160,7 @@ class Search:
         self.out_of_time = False
         self.verdicts: list[str] = []  # per candidate: its verdict and seconds, for the report
         self.smallest: tuple[Any, Any] | None = None  # the smallest failing candidate: (module, inputs)
+        self.slowest = 0.0  # seconds the slowest judge took
 
     def save(self, module: Any, inputs: Any, directory: Path) -> bool:
         """Export ``module`` on ``inputs`` and write it as a bundle; False when export rejects the candidate."""
@@ -177,7 +179,8 @@ class Search:
         return True
 
     def fails(self, module: Any, inputs: Any) -> bool:
-        if time.monotonic() > self.deadline:
+        # A candidate that cannot finish before the deadline (judging by the slowest so far) is not started.
+        if time.monotonic() + self.slowest > self.deadline:
             self.out_of_time = True
             raise _OutOfTime
         if _nonfinite_input(inputs):
@@ -205,7 +208,9 @@ class Search:
                 self.out_of_time = True
                 self.verdicts.append(f"stopped at the budget ({time.monotonic() - started:.1f} s)")
                 raise _OutOfTime from None
-        self.verdicts.append(f"{verdict} ({time.monotonic() - started:.1f} s)")
+        seconds = time.monotonic() - started
+        self.slowest = max(self.slowest, seconds)
+        self.verdicts.append(f"{verdict} ({seconds:.1f} s)")
         shutil.rmtree(candidate, ignore_errors=True)
         failing = verdict == self.want
         if failing:
