@@ -25,7 +25,9 @@ class ChildSession:
         self.nodeid = nodeid
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
-        _replay_hypothesis_failures_only()
+        # Importing Hypothesis costs ~1.5 s per child: only where the test's file uses it (or the file is unknown).
+        if self.test_path is None or _mentions(self.test_path, "hypothesis"):
+            _replay_hypothesis_failures_only()
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the target's file (and the directories on the way to it): a child of a large suite must
@@ -72,9 +74,17 @@ class ChildSession:
             write_warning(warning_message, when, nodeid, self.report_file)
 
 
+def _mentions(path: Path, word: str) -> bool:
+    try:
+        return word in path.read_text(errors="replace")
+    except OSError:
+        return True
+
+
 def _replay_hypothesis_failures_only() -> None:
     """Hypothesis replays the failing example from its database (the parent saved it, same cwd) and searches no
-    further, so the kernel log is about the failing shape."""
+    further, so the kernel log is about the failing shape. Loaded before collection: ``@settings`` objects inherit
+    the profile that is current when the test module is imported."""
     try:
         from hypothesis import HealthCheck, Phase, settings
     except ImportError:
