@@ -162,3 +162,30 @@ def test_layout(pytester: pytest.Pytester, run_pytest: RunPytest, layout: str) -
     assert len(cases) == 2
     crash = next(case for name, case in cases.items() if name.endswith("crash"))
     assert crash["outcomes"] == ["failure"]
+
+
+def test_a_path_argument_made_during_the_run_does_not_move_the_childs_rootdir(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """pytest picks its rootdir from the path arguments that exist when it starts, option values included: the
+    cache dir, given as ``--aoti-cache-dir DIR`` and made by the first test, would move the child's rootdir (to the
+    common ancestor) and its node ids with it, unless the child is pinned to the parent's."""
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "test_user.py").write_text(
+        """
+import pytest
+
+
+def test_opens_the_cache(aoti_compile):
+    pass
+
+
+@pytest.mark.aoti_isolate
+def test_isolated(aoti_device):
+    pass
+"""
+    )
+    new_dir = pytester.path / "made-by-the-run"
+    result = run_pytest("test_user.py", "--aoti-cache-dir", str(new_dir), cache=None, cwd=pytester.path / "suite")
+    result.assert_outcomes(passed=2)
+    assert new_dir.is_dir()
