@@ -145,7 +145,7 @@ class _Recorder(TorchDispatchMode):
 
 def _op_name(func: Any) -> str:
     # In-place and functional forms are the same computation: eager's relu_ is the exported program's relu.
-    name = str(getattr(func, "_schema", func).name) if hasattr(func, "_schema") else str(func)
+    name = str(func._schema.name) if hasattr(func, "_schema") else str(func)
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
