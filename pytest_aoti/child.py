@@ -34,10 +34,13 @@ from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
 NODEID_ENV = "PYTEST_AOTI_NODEID"
 TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
+# A held child (HeldChild) waits for this file before it collects; it gives up after HOLD_LIMIT_ENV seconds.
+HOLD_FILE_ENV = "PYTEST_AOTI_HOLD_FILE"
+HOLD_LIMIT_ENV = "PYTEST_AOTI_HOLD_LIMIT"
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
+_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, HOLD_FILE_ENV, HOLD_LIMIT_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
 _WARNING_KEY = "pytest_aoti_warning"
 
@@ -202,22 +205,39 @@ class _Terminated(BaseException):
     """SIGTERM arrived while a child ran."""
 
 
-def run_child(
+@dataclass
+class _Launch:
+    """What a child is started with, and the files it reports through."""
+
+    stage: str
+    nodeid: str
+    command: list[str]  # as shown in the reproduce line: without the isolating overrides
+    overrides: list[str]
+    env_delta: dict[str, str]
+    cwd: Path
+    log_path: Path
+    report_path: Path
+    phase_path: Path
+    tmpdir: Path
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+        env.update(self.env_delta)
+        return env
+
+
+def _prepare(
     config: pytest.Config,
     nodeid: str,
     *,
     test_path: Path | None,
     stage: str,
     env: Mapping[str, str],
-    timeout: float,
     workdir: Path,
     capture: bool,
-    prefix: tuple[str, ...] = (),
-) -> ChildRun:
-    """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
-    of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given."""
+    prefix: tuple[str, ...],
+) -> _Launch:
     workdir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / f"{stage}.log"
     report_path = workdir / f"{stage}.reports.jsonl"
     phase_path = workdir / f"{stage}.phases"
     for stale in (report_path, phase_path):
@@ -234,45 +254,155 @@ def run_child(
         "TMPDIR": str(tmpdir),
         **env,
     }
-    child_env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-    child_env.update(env_delta)
-    command = [*prefix, *child_command(config, capture=capture)]
-    cwd = config.invocation_params.dir
-    try:
-        returncode, timed_out, seconds = run_process(
-            [*command, *_isolating_overrides(config, workdir)],
-            env=child_env,
-            cwd=cwd,
-            log_path=log_path,
-            timeout=timeout,
-        )
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    return _Launch(
+        stage=stage,
+        nodeid=nodeid,
+        command=[*prefix, *child_command(config, capture=capture)],
+        overrides=_isolating_overrides(config, workdir),
+        env_delta=env_delta,
+        cwd=config.invocation_params.dir,
+        log_path=workdir / f"{stage}.log",
+        report_path=report_path,
+        phase_path=phase_path,
+        tmpdir=tmpdir,
+    )
 
-    reports, child_warnings = read_reports(config, report_path)
+
+def _finish(
+    config: pytest.Config, launch: _Launch, returncode: int, timed_out: bool, seconds: float, timeout: float
+) -> ChildRun:
+    shutil.rmtree(launch.tmpdir, ignore_errors=True)
+    reports, child_warnings = read_reports(config, launch.report_path)
     signal_name = _signal_name(returncode)
+    error: str | None
     if timed_out:
         outcome, error = "timed out", f"stopped after {timeout:g} s"
     elif signal_name is not None:
         outcome, error = "crashed", None
     else:
-        outcome, error = _outcome(reports, returncode, nodeid)
+        outcome, error = _outcome(reports, returncode, launch.nodeid)
     return ChildRun(
-        stage=stage,
+        stage=launch.stage,
         outcome=outcome,
         returncode=returncode,
         signal_name=signal_name,
         seconds=seconds,
-        log_path=log_path,
-        phase_path=phase_path,
-        command=command,
-        env_delta=env_delta,
-        cwd=cwd,
+        log_path=launch.log_path,
+        phase_path=launch.phase_path,
+        command=launch.command,
+        env_delta=launch.env_delta,
+        cwd=launch.cwd,
         reports=reports,
         warnings=child_warnings,
         error=error,
         timeout=timeout if timed_out else None,
     )
+
+
+def run_child(
+    config: pytest.Config,
+    nodeid: str,
+    *,
+    test_path: Path | None,
+    stage: str,
+    env: Mapping[str, str],
+    timeout: float,
+    workdir: Path,
+    capture: bool,
+    prefix: tuple[str, ...] = (),
+) -> ChildRun:
+    """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
+    of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given."""
+    launch = _prepare(
+        config, nodeid, test_path=test_path, stage=stage, env=env, workdir=workdir, capture=capture, prefix=prefix
+    )
+    try:
+        returncode, timed_out, seconds = run_process(
+            [*launch.command, *launch.overrides],
+            env=launch.environment(),
+            cwd=launch.cwd,
+            log_path=launch.log_path,
+            timeout=timeout,
+        )
+    except BaseException:
+        shutil.rmtree(launch.tmpdir, ignore_errors=True)
+        raise
+    return _finish(config, launch, returncode, timed_out, seconds, timeout)
+
+
+class HeldChild:
+    """A child started before its turn, so that its interpreter start and its imports (torch, export, Inductor:
+    ~2-3 s) overlap the stage before it. It waits (``HOLD_FILE_ENV``) for the environment variables that stage
+    decides (the tensors stage's kernel filter), or for word that it is not needed; alone, it gives up when this
+    process ends or after ``hold_limit`` seconds. Variables Inductor reads at import are applied to its config by
+    the child (``child_session.wait_for_turn``)."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        nodeid: str,
+        *,
+        test_path: Path | None,
+        stage: str,
+        env: Mapping[str, str],
+        workdir: Path,
+        hold_limit: float,
+    ) -> None:
+        self._config = config
+        self._hold_file = workdir / f"{stage}.turn.json"
+        self._hold_file.unlink(missing_ok=True)
+        hold = {HOLD_FILE_ENV: str(self._hold_file), HOLD_LIMIT_ENV: f"{hold_limit:g}"}
+        self._launch = _prepare(
+            config,
+            nodeid,
+            test_path=test_path,
+            stage=stage,
+            env={**env, **hold},
+            workdir=workdir,
+            capture=False,
+            prefix=(),
+        )
+        self._process = _spawn(
+            [*self._launch.command, *self._launch.overrides],
+            env=self._launch.environment(),
+            cwd=self._launch.cwd,
+            log_path=self._launch.log_path,
+        )
+        self._done = False
+
+    def release(self, late_env: Mapping[str, str], timeout: float) -> ChildRun:
+        """Let the child run its test with ``late_env`` set, and wait for it as :func:`run_child` would. Its time
+        and its timeout count from here: what the stage adds to the rerun."""
+        self._done = True
+        self._launch.env_delta.update(late_env)
+        released = time.monotonic()
+        _write_atomically(self._hold_file, json.dumps({"env": dict(late_env)}))
+        returncode, timed_out = _wait(self._process, timeout)
+        seconds = time.monotonic() - released
+        self._hold_file.unlink(missing_ok=True)
+        return _finish(self._config, self._launch, returncode, timed_out, seconds, timeout)
+
+    def discard(self) -> None:
+        """Not needed after all (or the parent is stopping): end it and remove what it left."""
+        if self._done:
+            return
+        self._done = True
+        _write_atomically(self._hold_file, json.dumps({"discard": True}))
+        try:
+            self._process.wait(timeout=_KILL_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
+        for leftover in (self._hold_file, self._launch.log_path, self._launch.report_path, self._launch.phase_path):
+            leftover.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def run_process(
@@ -282,9 +412,14 @@ def run_process(
     first, for faulthandler's tracebacks) and when this process is interrupted. Returns (return code, timed out,
     seconds)."""
     started = time.monotonic()
-    timed_out = False
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
+    process = _spawn(command, env=env, cwd=cwd, log_path=log_path)
+    returncode, timed_out = _wait(process, timeout)
+    return returncode, timed_out, time.monotonic() - started
+
+
+def _spawn(command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(
             command,
             cwd=cwd,
             env=dict(env),
@@ -293,20 +428,24 @@ def run_process(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        with _terminate_child_on_exit(process):
+
+
+def _wait(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, bool]:
+    timed_out = False
+    with _terminate_child_on_exit(process):
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _signal_group(process.pid, signal.SIGABRT)
             try:
-                process.wait(timeout=timeout)
+                process.wait(timeout=_KILL_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
-                timed_out = True
-                _signal_group(process.pid, signal.SIGABRT)
-                try:
-                    process.wait(timeout=_KILL_GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    _signal_group(process.pid, signal.SIGKILL)
-                    process.wait()
-        # Compile workers the child started must not outlive it.
-        _signal_group(process.pid, signal.SIGKILL)
-    return process.returncode, timed_out, time.monotonic() - started
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+    # Compile workers the child started must not outlive it.
+    _signal_group(process.pid, signal.SIGKILL)
+    return process.returncode, timed_out
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

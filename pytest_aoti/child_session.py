@@ -8,7 +8,9 @@ replay the saved failing example instead of searching again. It never reruns or 
 from __future__ import annotations
 
 import gc
+import json
 import os
+import time
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.child import write_report, write_warning
+from pytest_aoti.child import HOLD_FILE_ENV, HOLD_LIMIT_ENV, write_report, write_warning
 from pytest_aoti.errors import failure_kind
 
 
@@ -29,6 +31,9 @@ class ChildSession:
         # Importing Hypothesis costs ~1.5 s per child: only where the test's file uses it (or the file is unknown).
         if self.test_path is None or _mentions(self.test_path, "hypothesis"):
             _replay_hypothesis_failures_only()
+        hold_file = os.environ.get(HOLD_FILE_ENV)
+        if hold_file:
+            wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_LIMIT_ENV, "600")))
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the target's file (and the directories on the way to it): a child of a large suite must
@@ -80,6 +85,29 @@ class ChildSession:
         collection walks every object torch, dynamo and Inductor made: ~1 s per child on 2 cores. Frozen objects
         are not walked; the process is about to end, and the parent removes its temp dir."""
         gc.freeze()
+
+
+def wait_for_turn(hold_file: Path, limit: float) -> None:
+    """A held child (``child.HeldChild``): import what every stage needs while the stage before this one runs, then
+    wait for this stage's last environment variables. Gives up (exits, having reported nothing) when told it is not
+    needed, when the parent is gone, or after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    parent = os.getppid()
+    import pytest_aoti.compiler  # noqa: F401  (torch, export, dynamo, Inductor's config: most of a child's start)
+    from pytest_aoti.debug import apply_import_time_knob
+
+    while True:
+        if os.getppid() != parent or time.monotonic() > deadline:
+            os._exit(0)
+        if hold_file.exists():
+            break
+        time.sleep(0.02)
+    message = json.loads(hold_file.read_text())
+    if message.get("discard"):
+        os._exit(0)
+    for name, value in message["env"].items():
+        os.environ[name] = value
+        apply_import_time_knob(name, value)
 
 
 def _mentions(path: Path, word: str) -> bool:

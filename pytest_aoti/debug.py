@@ -24,7 +24,7 @@ import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.bundle import BUNDLE_ENV
-from pytest_aoti.child import ChildRun, private_tmpdir, run_child, run_process
+from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -46,6 +46,9 @@ def sanitizer_path() -> str | None:
 
 
 FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
+# Variables a held child (child.HeldChild) may be given after it imported Inductor, which reads them at import
+# only: the config entry each one sets.
+IMPORT_TIME_KNOBS = {FILTER_ENV: ("aot_inductor", "filtered_kernel_names")}
 # Stage numerics: every kernel's arguments saved before and after its launch, and the kernel -> graph node map.
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 NUMERICS_FINDING = "numerics.json"
@@ -100,6 +103,16 @@ def tensors_env(kernels: tuple[str, ...], extra: Mapping[str, str]) -> dict[str,
 
 def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
     return {PRINTER_ENV: "1", "INDUCTOR_PROVENANCE": "1", NUMERICS_ENV: str(directory), **extra}
+
+
+def apply_import_time_knob(name: str, value: str) -> None:
+    """In a held child: what importing Inductor's config with ``name=value`` set would have done."""
+    if name not in IMPORT_TIME_KNOBS:
+        raise ValueError(f"{name} cannot be set after Inductor is imported (known: {', '.join(IMPORT_TIME_KNOBS)})")
+    import torch._inductor.config as inductor_config
+
+    section, entry = IMPORT_TIME_KNOBS[name]
+    setattr(getattr(inductor_config, section), entry, value)
 
 
 def read_finding(directory: Path) -> dict[str, Any] | None:
@@ -181,34 +194,57 @@ def debug_rerun(
             )
     log = ""
     stopped = False  # a stage timed out: later ones would hang the same way
-    if "kernels" in stages:
-        first = stage("kernels", kernels_env(extra_env))
-        log = first.log
-        verdict.phase = first.phase
-        verdict.died_in = kernel_log.died_in(log)
-        verdict.last_completed = kernel_log.last_completed(log)
-        verdict.nan_assert = kernel_log.nan_assert(log)
-        verdict.runtime_check = kernel_log.runtime_check_error(log)
-        verdict.cuda_error = kernel_log.cuda_error(log)
-        verdict.device_assert = kernel_log.device_assert(log)
-        if first.outcome == "timed out" and len(stages) > 1:
-            stopped = True
-            verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
-    launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
-    suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
-    verdict.suspects = suspects
-    reproduced = not verdict.stages or verdict.reproduced
-    if "tensors" in stages and suspects and reproduced and not stopped:
-        second = stage("tensors", tensors_env(suspects, extra_env))
-        second_log = second.log
-        stats = kernel_log.tensor_stats(second_log)
-        verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
-        if verdict.suspect_kernel is not None:
-            verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
-        verdict.device_assert = verdict.device_assert or kernel_log.device_assert(second_log)
-        verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
-        verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
-        verdict.phase = verdict.phase or second.phase
+    held: HeldChild | None = None
+    tensors_base = tensors_env((), extra_env)
+    if "kernels" in stages and "tensors" in stages:
+        # The tensors stage's filter comes from the kernels stage's log, but its interpreter can start (and import
+        # torch) while the kernels stage runs.
+        held = HeldChild(
+            config,
+            nodeid,
+            test_path=test_path,
+            stage="tensors",
+            env={k: v for k, v in tensors_base.items() if k != FILTER_ENV},
+            workdir=workdir,
+            hold_limit=timeout + 120,
+        )
+    try:
+        if "kernels" in stages:
+            first = stage("kernels", kernels_env(extra_env))
+            log = first.log
+            verdict.phase = first.phase
+            verdict.died_in = kernel_log.died_in(log)
+            verdict.last_completed = kernel_log.last_completed(log)
+            verdict.nan_assert = kernel_log.nan_assert(log)
+            verdict.runtime_check = kernel_log.runtime_check_error(log)
+            verdict.cuda_error = kernel_log.cuda_error(log)
+            verdict.device_assert = kernel_log.device_assert(log)
+            if first.outcome == "timed out" and len(stages) > 1:
+                stopped = True
+                verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
+        launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
+        suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
+        verdict.suspects = suspects
+        reproduced = not verdict.stages or verdict.reproduced
+        if "tensors" in stages and suspects and reproduced and not stopped:
+            env = tensors_env(suspects, extra_env)
+            if held is not None:
+                second = held.release({FILTER_ENV: env[FILTER_ENV]}, timeout)
+                verdict.stages.append(second)
+            else:
+                second = stage("tensors", env)
+            second_log = second.log
+            stats = kernel_log.tensor_stats(second_log)
+            verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
+            if verdict.suspect_kernel is not None:
+                verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
+            verdict.device_assert = verdict.device_assert or kernel_log.device_assert(second_log)
+            verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
+            verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
+            verdict.phase = verdict.phase or second.phase
+    finally:
+        if held is not None:
+            held.discard()  # not needed after all, or this process is stopping
     cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
     if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not stopped:
         tool = sanitizer_path()
