@@ -3,12 +3,13 @@ own process.
 
 PyTorch's AOTI minifier (``torch._dynamo.repro.aoti``) compiles and runs every candidate in-process, so the first
 candidate that segfaults ends the search. Here the search (``torch._functorch.fx_minifier.minifier``: truncate the
-suffix, then delta-debug) runs in this process, and each candidate is exported, saved and handed to a fresh
-interpreter (``--judge``) that compiles and runs it under the bundle's environment. A candidate fails when its judge
-fails the way the original did: killed by a signal (``crash``), NaN/Inf in its outputs (``nonfinite``), or an error
-while running the package (``error``). A candidate that cannot be exported or compiled is not a failing one. Past the
-time budget (or when the next candidate could not finish before it, judging by the slowest so far) the search ends
-with the smallest failing graph found so far.
+suffix, then delta-debug) runs in this process, and each candidate is exported, saved and compiled and run by a judge
+process under the bundle's environment: for a CPU graph on Linux, a fork of a judge server that imported torch and
+Inductor once (``--judge-server``); else a fresh interpreter (``--judge``). A candidate fails when its judge fails the
+way the original did: killed by a signal (``crash``), NaN/Inf in its outputs (``nonfinite``), or an error while
+running the package (``error``). A candidate that cannot be exported or compiled is not a failing one. Past the time
+budget (or when the next candidate could not finish before it, judging by the slowest so far) the search ends with
+the smallest failing graph found so far.
 
 Usage: ``python -m pytest_aoti.minify BUNDLE --want crash|nonfinite|error --budget SECONDS``. The result is
 ``BUNDLE/minified/`` (a bundle of its own, with the same ``repro.py``) and ``BUNDLE/minified/minify.json``.
@@ -22,6 +23,7 @@ import importlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -71,6 +73,121 @@ def judge(candidate: Path) -> int:
         if isinstance(output, torch.Tensor) and output.is_floating_point() and not torch.isfinite(output).all():
             return _EXIT_NONFINITE
     return 0
+
+
+def serve_judges() -> int:
+    """``--judge-server``: import torch and Inductor once, then fork one judge per candidate directory read from
+    stdin. For each, print the judge's pid, then its exit status (negative: the signal that ended it). A judge dies
+    with the server, and the server with the minify process that started it."""
+    _die_with_parent()
+    # What every judge's compile imports: done once, here.
+    import torch._inductor.codegen.cpp_wrapper_cpu
+    import torch._inductor.compile_fx
+    import torch._inductor.package  # noqa: F401
+
+    for line in sys.stdin:
+        candidate = Path(line.strip())
+        pid = os.fork()
+        if pid == 0:  # the judge: its own process group (a timeout ends it and its compile workers), its own log
+            os.setsid()
+            _die_with_parent()
+            log = os.open(candidate / "judge.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            code = 1
+            try:
+                code = judge(candidate)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(pid, flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+    return 0
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent ends (Linux's PR_SET_PDEATHSIG): a judge must not outlive the search
+    that wanted its verdict, even when that search is killed at its own timeout."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(1)
+
+
+class _JudgeServer:
+    """The minify side of ``--judge-server``. Saves each judge the ~3 s of importing torch and Inductor (the server
+    imports while the search loads the bundle and runs its eager pass). Linux and CPU graphs only: a forked process
+    cannot use a CUDA context its parent touched, and checking for CUDA touches it."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        with open(log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge-server"],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+
+    def judge(self, candidate: Path, timeout: float) -> tuple[int, float]:
+        """The judge's exit status and seconds (from its fork: not the server's start-up). Past ``timeout`` the
+        judge is ended and ``subprocess.TimeoutExpired`` raised."""
+        assert self.process.stdin is not None
+        deadline = time.monotonic() + timeout
+        self.process.stdin.write(f"{candidate}\n")
+        self.process.stdin.flush()
+        pid = int(self._line(deadline))
+        forked = time.monotonic()
+        try:
+            status = int(self._line(deadline))
+        except subprocess.TimeoutExpired:
+            _kill_group(pid)
+            self._line(time.monotonic() + 30)  # the server reaps it
+            raise
+        return status, time.monotonic() - forked
+
+    def _line(self, deadline: float) -> str:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            raise subprocess.TimeoutExpired(self.process.args, deadline)
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the judge server ended (exit status {self.process.wait()}); see its log")
+        return line
+
+    def close(self) -> None:
+        """End the server (a judge it still runs dies with it)."""
+        self.process.kill()
+        self.process.wait()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _on_cpu_only(module: Any, inputs: list[Any]) -> bool:
+    """Whether every tensor the graph holds, takes or makes is on the CPU."""
+    import torch
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    tensors += [*module.parameters(), *module.buffers()]
+    tensors += [
+        value
+        for node in module.graph.nodes
+        for value in torch.utils._pytree.tree_leaves(node.meta.get("val"))
+        if isinstance(value, torch.Tensor)
+    ]
+    return all(t.device.type == "cpu" for t in tensors)
 
 
 def save_values(bundle: Path, directory: Path) -> None:
@@ -162,6 +279,7 @@ class Search:
         self.verdicts: list[str] = []  # per candidate: its verdict and seconds, for the report
         self.smallest: tuple[Any, Any] | None = None  # the smallest failing candidate: (module, inputs)
         self.slowest = 0.0  # seconds the slowest judge took
+        self.server: _JudgeServer | None = None
 
     def save(self, module: Any, inputs: Any, directory: Path) -> bool:
         """Export ``module`` on ``inputs`` and write it as a bundle; False when export rejects the candidate."""
@@ -179,6 +297,22 @@ class Search:
                 shutil.copyfile(self.bundle / name, directory / name)
         return True
 
+    def _judge(self, candidate: Path, timeout: float) -> tuple[int, float]:
+        """The candidate's judge's exit status and seconds."""
+        if self.server is not None:
+            return self.server.judge(candidate, timeout)
+        started = time.monotonic()
+        with open(candidate / "judge.log", "w") as log:
+            done = subprocess.run(
+                [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge", str(candidate)],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                start_new_session=True,
+            )
+        return done.returncode, time.monotonic() - started
+
     def fails(self, module: Any, inputs: Any) -> bool:
         # A candidate that cannot finish before the deadline (judging by the slowest so far) is not started.
         if time.monotonic() + self.slowest > self.deadline:
@@ -194,22 +328,13 @@ class Search:
             return False
         started = time.monotonic()
         remaining = max(self.deadline - started, 1.0)
-        with open(candidate / "judge.log", "w") as log:
-            try:
-                done = subprocess.run(
-                    [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge", str(candidate)],
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    timeout=remaining,
-                    start_new_session=True,
-                )
-                verdict = _verdict(done.returncode)
-            except subprocess.TimeoutExpired:
-                self.out_of_time = True
-                self.verdicts.append(f"stopped at the budget ({time.monotonic() - started:.1f} s)")
-                raise _OutOfTime from None
-        seconds = time.monotonic() - started
+        try:
+            status, seconds = self._judge(candidate, remaining)
+        except subprocess.TimeoutExpired:
+            self.out_of_time = True
+            self.verdicts.append(f"stopped at the budget ({time.monotonic() - started:.1f} s)")
+            raise _OutOfTime from None
+        verdict = _verdict(status)
         self.slowest = max(self.slowest, seconds)
         self.verdicts.append(f"{verdict} ({seconds:.1f} s)")
         shutil.rmtree(candidate, ignore_errors=True)
@@ -232,36 +357,28 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     search = Search(bundle, want, budget, bundle / "minify-work")
     search.workdir.mkdir(parents=True, exist_ok=True)
-    if want != "nonfinite":
-        # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the
-        # minifier's eager pass (the values delta debugging needs) runs in a sacrificial process, whose values
-        # up to the crash survive on disk.
-        values = search.workdir / "values"
-        with open(search.workdir / "values.log", "w") as log:
-            subprocess.run(
-                [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=max(budget, 60.0),
-                start_new_session=True,
-            )
-        fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
+    if sys.platform == "linux" and _on_cpu_only(flat_module, flat_inputs):
+        search.server = _JudgeServer(search.env, search.workdir / "judge-server.log")
     result: dict[str, Any] = {"want": want, "nodes_before": before, "budget_s": budget}
-    smallest: tuple[Any, Any] | None
     try:
-        smallest = fx_minifier.minifier(
-            flat_module,
-            flat_inputs,
-            module_fails=search.fails,
-            dump_state=lambda graph, inps: None,  # the minified bundle is written below
-            skip_offload=True,
-            skip_sanity=True,  # the debug stages already saw the original fail
-        )
-    except _OutOfTime:
-        smallest = search.smallest
-    except Exception as error:  # the minifier's own errors: report, keep the smallest failing graph found
-        result.update(error=f"{type(error).__name__}: {error}")
-        smallest = search.smallest
+        if want != "nonfinite":
+            # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the
+            # minifier's eager pass (the values delta debugging needs) runs in a sacrificial process, whose values
+            # up to the crash survive on disk.
+            values = search.workdir / "values"
+            with open(search.workdir / "values.log", "w") as log:
+                subprocess.run(
+                    [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=max(budget, 60.0),
+                    start_new_session=True,
+                )
+            fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
+        smallest = _search(search, flat_module, flat_inputs, result)
+    finally:
+        if search.server is not None:
+            search.server.close()
     if smallest is not None and search.save(smallest[0], smallest[1], out):
         result["nodes_after"] = _node_count(smallest[0])
         result["repro"] = str(out / "repro.py")
@@ -276,6 +393,27 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULT_FILE).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: dict[str, Any]) -> tuple[Any, Any] | None:
+    """Run the minifier with ``search`` judging candidates: its result, or, when the budget or an error of its own
+    ends it, the smallest failing candidate judged so far (None if none failed)."""
+    import torch._functorch.fx_minifier as fx_minifier
+
+    try:
+        return fx_minifier.minifier(
+            flat_module,
+            flat_inputs,
+            module_fails=search.fails,
+            dump_state=lambda graph, inps: None,  # the minified bundle is written by minify()
+            skip_offload=True,
+            skip_sanity=True,  # the debug stages already saw the original fail
+        )
+    except _OutOfTime:
+        return search.smallest
+    except Exception as error:  # the minifier's own errors: report, keep the smallest failing graph found
+        result.update(error=f"{type(error).__name__}: {error}")
+        return search.smallest
 
 
 def _flat_graph(module: Any) -> Any:
@@ -300,12 +438,17 @@ def _flat_graph(module: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_aoti.minify", description=__doc__.split("\n\n")[0])
-    parser.add_argument("bundle", type=Path)
+    parser.add_argument("bundle", type=Path, nargs="?")
     parser.add_argument("--want", choices=("crash", "nonfinite", "error"), default="crash")
     parser.add_argument("--budget", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("--judge", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--values", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--judge-server", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.judge_server:
+        return serve_judges()
+    if options.bundle is None:
+        parser.error("the bundle directory is required")
     if options.judge:
         verdict = judge(options.bundle)
         gc.freeze()  # skip shutdown's final collection over torch's objects (~1 s per candidate); see child_session
