@@ -276,3 +276,28 @@ def test_cuda_device_unavailable_skips(pytester: pytest.Pytester, run_pytest: Ru
     result = run_pytest("--aoti-device=cuda:1", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*aoti_device 'cuda:1': CUDA is not available on this machine*"])
+
+
+def test_warnings_summary_holds_the_models_warnings_not_torchs_internal_ones(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """Inductor's compile raises deprecation warnings from torch's own code; the report keeps the model's."""
+    pytester.makepyfile(
+        test_user="""
+        import warnings
+        import torch
+
+        class Warns(torch.nn.Module):
+            def forward(self, x):
+                warnings.warn("the model's own warning")
+                return torch.sin(x) * 3
+
+        def test_warns(aoti_check):
+            aoti_check(Warns(), (torch.randn(2, 3),))
+        """
+    )
+    result = run_pytest("--aoti-no-cache")  # a compile in this process: where torch's warnings come from
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    assert "UserWarning: the model's own warning" in text
+    assert "script_method" not in text and "LeafSpec" not in text
