@@ -123,13 +123,22 @@ def read_finding(directory: Path) -> dict[str, Any] | None:
     return finding if isinstance(finding, dict) else None
 
 
-def not_rerun_reason(failure_kind: str | None, isolated_run: ChildRun | None) -> str | None:
+def not_rerun_reason(
+    failure_kind: str | None, isolated_run: ChildRun | None, *, setup_failed_before_aoti: bool = False
+) -> str | None:
     """Why a failed test is not worth a debug rerun, or None when it is.
 
     An input invariant is raised before the package runs: a rerun under the debug environment (two recompiles)
-    would print the same message. An isolated run that timed out would time out the same way in every stage."""
+    would print the same message. So is a failing fixture that ran before the test reached pytest-aoti (no export,
+    compile, load or call yet): a suite's broken data fixture must not cost a child per test. An isolated run that
+    timed out would time out the same way in every stage."""
     if failure_kind == "input_invariant":
         return "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
+    if setup_failed_before_aoti:
+        return (
+            "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "
+            "a debug rerun cannot tell more"
+        )
     if isolated_run is not None and isolated_run.outcome == "timed out":
         return (
             f"the isolated run timed out after {isolated_run.timeout:g} s; the debug stages would hang the same way "

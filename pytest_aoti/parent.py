@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti import phases
 from pytest_aoti.child import ChildRun, replay_warning, run_child
 from pytest_aoti.debug import Verdict, debug_rerun, not_rerun_reason
 from pytest_aoti.errors import failure_kind
@@ -67,11 +68,14 @@ def attach_debug(
     test_path: Path | None,
     failure: str | None,
     isolated_run: ChildRun | None = None,
+    reached_aoti: bool = True,
 ) -> list[tuple[str, object]]:
     """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
-    report. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
+    report. ``reached_aoti``: whether the test announced any pytest-aoti phase (export, compile, load, run) before
+    it failed. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
     reads ``user_properties`` from that one only."""
-    reason = not_rerun_reason(failure, isolated_run)
+    setup_failed_before_aoti = report.when == "setup" and not reached_aoti
+    reason = not_rerun_reason(failure, isolated_run, setup_failed_before_aoti=setup_failed_before_aoti)
     if reason is not None:
         verdict = Verdict(report.nodeid, not_rerun=reason)
     else:
@@ -139,6 +143,7 @@ class ParentSession:
                     test_path=item.path,
                     failure=getattr(report, "aoti_failure_kind", None),
                     isolated_run=run,
+                    reached_aoti=run.phase is not None,
                 )
             if report.when == "teardown":
                 report.user_properties = [*report.user_properties, *properties]
@@ -161,9 +166,20 @@ class ParentSession:
             self._check_cuda_context(item, report)
             if request is not None:
                 item.user_properties.extend(
-                    attach_debug(self.config, report, request, test_path=item.path, failure=failure)
+                    attach_debug(
+                        self.config,
+                        report,
+                        request,
+                        test_path=item.path,
+                        failure=failure,
+                        reached_aoti=phases.announced() is not None,
+                    )
                 )
         return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        phases.forget()  # what counts is what this test reaches
 
     def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the

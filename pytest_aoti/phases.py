@@ -14,9 +14,22 @@ CHILD_ENV = "PYTEST_AOTI_CHILD"
 PHASE_FILE_ENV = "PYTEST_AOTI_PHASE_FILE"
 _PREFIX = "[pytest-aoti] phase: "
 _PHASE_LINE = re.compile(r"^\[pytest-aoti\] phase: (?P<phase>\w+)(?: (?P<detail>.*))?$", re.MULTILINE)
+# The last phase this process announced since forget(): whether the current test got as far as pytest-aoti at all.
+_announced: str | None = None
+
+
+def forget() -> None:
+    global _announced
+    _announced = None
+
+
+def announced() -> str | None:
+    return _announced
 
 
 def mark(phase: str, detail: str = "") -> None:
+    global _announced
+    _announced = phase
     if not os.environ.get(CHILD_ENV):
         return
     line = f"{_PREFIX}{phase}{' ' + detail if detail else ''}\n"

@@ -158,6 +158,15 @@ def test_hangs():
 
 def test_input_invariant(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8),))(torch.randn(5, 8))
+
+
+@pytest.fixture
+def missing_data():
+    raise FileNotFoundError("data.bin")
+
+
+def test_broken_fixture(aoti_compile, missing_data):
+    pass
 """
 
 
@@ -168,7 +177,7 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     result = run_pytest("--aoti-isolate", "--aoti-debug", "-p", "no:logging", "-rA", "--junitxml=report.xml")
     # Children (one killed at its timeout) leave nothing in TMPDIR: their temp dirs live under pytest's basetemp.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(failed=4, skipped=1, xfailed=1)
+    result.assert_outcomes(failed=4, skipped=1, xfailed=1, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()
     # Its own output and warnings, as pytest shows them in-process.
@@ -192,9 +201,13 @@ def test_an_isolated_test_reports_like_an_in_process_one(
         "tell more" in text
     )
     assert "stage kernels" not in text.split("_ test_input_invariant _")[1].split("\n____")[0]
+    broken = text.split("_ ERROR at setup of test_broken_fixture _")[1].split("\n____")[0]
+    assert "verdict: not rerun: the test's setup failed before it exported, compiled or ran a model" in broken
+    assert "stage kernels" not in broken
     assert "INTERNALERROR" not in text + result.stderr.str()
     cases = junit_cases(pytester.path / "report.xml")
-    assert len(cases) == 6
+    assert len(cases) == 7
+    assert cases["test_broken_fixture"]["outcomes"] == ["error"]
     assert cases["test_skips"]["outcomes"] == cases["test_xfails"]["outcomes"] == ["skipped"]
     assert cases["test_exits_early"]["outcomes"] == ["failure"]
 
@@ -221,6 +234,14 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
             compiled(torch.rand(4, 3) + 0.5)
             assert not STATE, "state leaked from an earlier test"
 
+        @pytest.fixture
+        def missing_data():
+            raise FileNotFoundError("data.bin")
+
+        @pytest.mark.aoti_ima
+        def test_broken_fixture(aoti_compile, missing_data):
+            pass
+
         @pytest.mark.aoti_ima(stages=("kernels",))
         def test_loses_its_log(aoti_device):
             # A tmp cleaner removing the child's files while it runs: the verdict says so, the session goes on.
@@ -231,9 +252,13 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
         """
     )
     result = run_pytest("-p", "no:logging")
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(passed=1, failed=2, errors=1)
     result.stdout.fnmatch_lines(["*verdict: did not reproduce in isolation*", "*stage kernels (printer=3): passed*"])
     text = result.stdout.str()
+    # A fixture that broke before the test reached pytest-aoti: no child for it.
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of test_broken_fixture*", "*verdict: not rerun: the test's setup failed before it*"]
+    )
     assert re.search(r"stage kernels \(printer=3\): error: the child exited with code \d+ before reporting", text)
     assert "(log missing: " in text
     assert "INTERNALERROR" not in text

@@ -75,6 +75,7 @@ def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
     assert not_rerun_reason("output_nonfinite", None) is None
     assert not_rerun_reason("mismatch", None) is None
     assert not_rerun_reason(None, None) is None  # a crash under xdist: no kind known, rerun
+    assert "setup failed before" in (not_rerun_reason("other", None, setup_failed_before_aoti=True) or "")
     timed_out = _run(tmp_path, "isolate", "timed out", timeout=5.0)
     assert "timed out after 5 s" in (not_rerun_reason("other", timed_out) or "")
     verdict = Verdict("t.py::test", not_rerun=not_rerun_reason("input_invariant", None))
