@@ -132,3 +132,17 @@ def test_report_header_shows_settings_from_ini_and_cli(pytester: pytest.Pytester
     pytester.makepyfile(test_user="def test_nothing(): pass")
     result = pytester.runpytest_inprocess("--aoti-rerun-timeout=60")
     result.stdout.fnmatch_lines(["aoti: device=cpu, debug=on, isolate=off, rerun timeout=60s, cache=*"])
+
+
+def test_a_relative_cache_dir_follows_pytests_conventions(pytester: pytest.Pytester) -> None:
+    """On the command line: relative to where pytest was started (like --basetemp); in the ini file: to the rootdir
+    (like cache_dir)."""
+    pytester.makeini("[pytest]\naoti_cache_dir = from-ini\n")
+    pytester.mkdir("sub")
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(pytester.path / "sub")
+        from_ini = pytester.runpytest_inprocess("..", "-p", "no:cacheprovider")
+        from_cli = pytester.runpytest_inprocess("..", "-p", "no:cacheprovider", "--aoti-cache-dir=from-cli")
+    from_ini.stdout.fnmatch_lines([f"aoti: *cache={pytester.path / 'from-ini'} (cap *"])
+    from_cli.stdout.fnmatch_lines([f"aoti: *cache={pytester.path / 'sub' / 'from-cli'} (cap *"])
