@@ -28,9 +28,7 @@ class ChildSession:
         self.nodeid = nodeid
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
-        # Importing Hypothesis costs ~1.5 s per child: only where the test's file uses it (or the file is unknown).
-        if self.test_path is None or _mentions(self.test_path, "hypothesis"):
-            _replay_hypothesis_failures_only()
+        _replay_hypothesis_failures_only()
         hold_file = os.environ.get(HOLD_FILE_ENV)
         if hold_file:
             wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_LIMIT_ENV, "600")))
@@ -108,13 +106,6 @@ def wait_for_turn(hold_file: Path, limit: float) -> None:
     for name, value in message["env"].items():
         os.environ[name] = value
         apply_import_time_knob(name, value)
-
-
-def _mentions(path: Path, word: str) -> bool:
-    try:
-        return word in path.read_text(errors="replace")
-    except OSError:
-        return True
 
 
 def _replay_hypothesis_failures_only() -> None:
