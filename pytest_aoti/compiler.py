@@ -497,6 +497,55 @@ def check_model(
             if capture is not None:
                 flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, call_args, call_kwargs)
                 tolerance = (rtol, atol) if rtol is not None and atol is not None else None
-                capture.explain(compiled.package_path, compiled.exported_program, flat, tolerance)
+                capture.explain(
+                    compiled.package_path,
+                    compiled.exported_program,
+                    flat,
+                    tolerance,
+                    package_outputs=actual,
+                    eager_outputs=expected,
+                )
+            random_ops = _random_ops(compiled.exported_program)
+            if random_ops:
+                raise AOTIMismatchError(
+                    f"{mismatch}\n\n{_random_explanation(random_ops, module)}", random_ops=random_ops
+                ) from None
             raise AOTIMismatchError(str(mismatch)) from None
     return compiled
+
+
+def _random_ops(program: ExportedProgram) -> tuple[str, ...]:
+    """The graph's ops that draw random numbers (torch tags them ``nondeterministic_seeded``), each with the
+    module it came from when export recorded one: ``aten::native_dropout (drop)``."""
+    found: dict[str, None] = {}
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if torch.Tag.nondeterministic_seeded not in target.tags or not _draws(node, target):
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        where = next(reversed(stack.values()))[0] if stack else ""
+        found[f"{target._schema.name}" + (f" ({where})" if where else "")] = None
+    return tuple(found)
+
+
+def _draws(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
+    """Whether a seeded op really draws: a dropout exported in eval mode (``train=False``) or with ``p=0`` stays in
+    the graph, tagged, and returns its input."""
+    if not target._schema.name.endswith("dropout"):
+        return True
+    values = {
+        argument.name: node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        for i, argument in enumerate(target._schema.arguments)
+    }
+    return bool(values.get("train")) and bool(values.get("p") != 0)
+
+
+def _random_explanation(random_ops: tuple[str, ...], module: torch.nn.Module) -> str:
+    training = " The model is in training mode: call model.eval() before aoti_check." if module.training else ""
+    return (
+        f"The exported graph draws random numbers: {', '.join(random_ops)}. The package and eager draw different "
+        "ones (Inductor has its own generator), so this comparison cannot tell a wrong kernel from different "
+        "draws." + training
+    )

@@ -134,6 +134,11 @@ def not_rerun_reason(
     timed out would time out the same way in every stage."""
     if failure_kind == "input_invariant":
         return "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
+    if failure_kind == "random_mismatch":
+        return (
+            "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot "
+            "tell a wrong kernel from different draws"
+        )
     if setup_failed_before_aoti:
         return (
             "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "

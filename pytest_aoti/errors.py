@@ -76,12 +76,26 @@ class AOTICompileError(Exception):
 
 
 class AOTIMismatchError(AssertionError):
-    """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message)."""
+    """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message).
+
+    ``random_ops`` names the graph's random ops when it has any: the package and eager draw different random
+    numbers, so no compile can match, and the failure is not Inductor's."""
+
+    def __init__(self, message: str, *, random_ops: tuple[str, ...] = ()) -> None:
+        self.random_ops = random_ops
+        super().__init__(message)
 
 
 # What the parent does with a failure depends on its kind: one the package never saw is not rerun.
 FailureKind = Literal[
-    "input_invariant", "output_nonfinite", "output_invariant", "mismatch", "export", "compile", "other"
+    "input_invariant",
+    "output_nonfinite",
+    "output_invariant",
+    "mismatch",
+    "random_mismatch",
+    "export",
+    "compile",
+    "other",
 ]
 
 
@@ -92,7 +106,7 @@ def failure_kind(error: BaseException) -> FailureKind:
             return "input_invariant"
         return "output_nonfinite" if error.invariant == "output_nonfinite" else "output_invariant"
     if isinstance(error, AOTIMismatchError):
-        return "mismatch"
+        return "random_mismatch" if error.random_ops else "mismatch"
     if isinstance(error, AOTIExportError):
         return "export"
     if isinstance(error, AOTICompileError):

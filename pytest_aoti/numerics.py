@@ -319,6 +319,9 @@ class Finding:
     test_tolerance: str = ""
     noise: str = ""
     notes: list[str] = field(default_factory=list)
+    # The package's outputs are the exported program's (run eagerly) and eager's are not: export's doing, even when
+    # the node that differs has no kernel of its own (Inductor folded it away).
+    outputs_as_exported: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -465,6 +468,34 @@ def _kernel_finding(
     return found
 
 
+def _outputs_as_exported(
+    program: ExportedProgram,
+    flat_inputs: Sequence[Any],
+    package_outputs: Any,
+    eager_outputs: Any,
+    tolerance: tuple[float, float] | None,
+) -> bool:
+    """Whether the package's outputs match the exported program's (run eagerly on the same flat inputs) while
+    eager's do not."""
+    if package_outputs is None or eager_outputs is None:
+        return False
+    module = program.module(check_guards=False)
+    in_spec = program.call_spec.in_spec
+    args, kwargs = pytree.tree_unflatten(list(flat_inputs), in_spec) if in_spec is not None else (flat_inputs, {})
+    with torch.no_grad():
+        exported_outputs = module(*args, **kwargs)
+    rtol, atol = tolerance if tolerance is not None else (None, None)
+
+    def close(actual: Any, expected: Any) -> bool:
+        try:
+            torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+        except (AssertionError, TypeError, ValueError):
+            return False
+        return True
+
+    return close(package_outputs, exported_outputs) and not close(eager_outputs, exported_outputs)
+
+
 # -- glue for check_model ----------------------------------------------------------------------------------------------
 
 
@@ -504,11 +535,17 @@ class Capture:
         program: ExportedProgram,
         flat_inputs: Sequence[Any],
         tolerance: tuple[float, float] | None,
+        *,
+        package_outputs: Any = None,
+        eager_outputs: Any = None,
     ) -> Finding:
         """Find the first divergent kernel of this call and write the finding where the parent reads it."""
         try:
             values = node_values(self.recorder.ops, program, flat_inputs)
             finding = first_divergence(package_launches(package_path), self.directory, values, tolerance)
+            finding.outputs_as_exported = _outputs_as_exported(
+                program, flat_inputs, package_outputs, eager_outputs, tolerance
+            )
         except Exception as error:  # the triage must not hide the test's own failure
             finding = Finding(notes=[f"numerics triage failed: {type(error).__name__}: {error}"])
         (self.root / NUMERICS_FINDING).write_text(finding.to_json())

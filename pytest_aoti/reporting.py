@@ -75,6 +75,12 @@ def _inputs_text(found: dict[str, Any]) -> str:
     return "inputs matched eager"
 
 
+_EXPORT_CAUSE = (
+    "Python state read at trace time, e.g. a counter or an attribute, is a constant in the graph while eager reads "
+    "it afresh"
+)
+
+
 def divergence(finding: dict[str, Any]) -> str:
     """Stage numerics' answer in one line: the first divergent kernel, or why there is none."""
     found = finding.get("diverged")
@@ -89,6 +95,11 @@ def divergence(finding: dict[str, Any]) -> str:
             f"{text}; the test's tolerance ({finding.get('test_tolerance')}) is tighter than the arithmetic allows: "
             f"the first kernel past it is {_kernel_text(past)}"
         )
+    if finding.get("outputs_as_exported"):
+        return (
+            f"{text}; the package's outputs are the exported program's and eager's are not: the difference comes "
+            f"from export, not Inductor ({_EXPORT_CAUSE})"
+        )
     return f"{text}; every kernel matched at the test's tolerance: the mismatch is in the comparison itself"
 
 
@@ -98,8 +109,7 @@ def divergence_details(finding: dict[str, Any]) -> list[str]:
     if found and found.get("as_exported"):
         lines.append(
             f"the exported program computes what the package does at {found['node']}: the difference comes from "
-            "export, not Inductor (Python state read at trace time, e.g. a counter or an attribute, is a constant "
-            "in the graph while eager reads it afresh)"
+            f"export, not Inductor ({_EXPORT_CAUSE})"
         )
     elif found and found.get("closer"):
         closer = "both are as close" if found["closer"] == "neither" else f"the {found['closer']} is closer"

@@ -117,6 +117,20 @@ def test_kwargs_and_function(aoti_check):
     aoti_check(lambda x, *, scale: x * scale.sigmoid(), (torch.randn(3, 3),), {"scale": torch.randn(3)})
 
 
+class Dropping(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.lin(x))
+
+
+def test_dropout_in_training_mode(aoti_check):
+    aoti_check(Dropping(), (torch.randn(4, 8),))
+
+
 def test_transposed_input(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8),))(torch.randn(8, 4).t())
 
@@ -195,7 +209,7 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     result = run_pytest("-p", "no:logging", "-rA")
     # Loaded packages are released at the end of each test and extracted under pytest's tmp dirs: nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(passed=8, failed=19)
+    result.assert_outcomes(passed=8, failed=20)
 
     wrong_shape = _failure(result, "test_wrong_shape")
     assert "input 0 ('x'): shape invariant violated: expected (4, 8), got (5, 8)" in wrong_shape
@@ -205,6 +219,11 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
         result, "test_wrong_dtype"
     )
     assert "input 0 ('x'): device invariant violated: expected cpu, got meta" in _failure(result, "test_wrong_device")
+
+    dropout = _failure(result, "test_dropout_in_training_mode")
+    assert "The exported graph draws random numbers: aten::dropout (drop)" in dropout
+    assert "cannot tell a wrong kernel from different draws" in dropout
+    assert "The model is in training mode: call model.eval() before aoti_check" in dropout
 
     nan = _failure(result, "test_nan_output")
     assert "output 0: nonfinite invariant violated: expected finite values, got 12 NaN value(s) of 12" in nan

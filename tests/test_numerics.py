@@ -157,3 +157,51 @@ def test_compare_reports_the_worst_element_and_both_tolerances() -> None:
     both_nan = compare(torch.tensor([float("nan")]), torch.tensor([float("nan")]), None)
     assert both_nan is not None and not both_nan.diverged
     assert compare(torch.zeros(3), torch.zeros(4), None) is None
+
+
+class _Dropping(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.lin(x)) + torch.nn.functional.dropout(x, 0.0, training=True)
+
+
+def test_random_ops_are_the_ones_that_draw() -> None:
+    from pytest_aoti.compiler import _random_ops
+    from pytest_aoti.errors import AOTIMismatchError, failure_kind
+
+    x = torch.randn(2, 4)
+    # In training mode the module's dropout draws; p=0 does not.
+    assert _random_ops(torch.export.export(_Dropping(), (x,))) == ("aten::dropout (drop)",)
+    # In eval mode export keeps aten.dropout(train=False) in the graph, tagged random: it returns its input.
+    assert _random_ops(torch.export.export(_Dropping().eval(), (x,))) == ()
+    assert failure_kind(AOTIMismatchError("m", random_ops=("aten::dropout (drop)",))) == "random_mismatch"
+    assert failure_kind(AOTIMismatchError("m")) == "mismatch"
+
+
+def test_outputs_as_exported_tells_export_from_inductor() -> None:
+    """Python state baked in at export: the exported program (what the package computes) differs from eager even
+    where no kernel of the package holds the differing node."""
+    from pytest_aoti.numerics import _outputs_as_exported
+
+    model = _Scaled()
+    x = torch.randn(2, 4)
+    program = torch.export.export(model, (x,))
+    as_exported = program.module()(x)
+    model.scale = 3.0
+    eager = model(x)
+    assert _outputs_as_exported(program, [x], as_exported, eager, None)
+    assert not _outputs_as_exported(program, [x], eager, as_exported, None)  # the package is the odd one out
+    assert not _outputs_as_exported(program, [x], as_exported, as_exported, None)
+
+
+def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
+    from pytest_aoti.reporting import divergence
+
+    finding = {"compared": 2, "noise": "rtol=1.3e-06, atol=1e-05", "outputs_as_exported": True}
+    assert "the package's outputs are the exported program's and eager's are not" in divergence(finding)
+    assert "the difference comes from export, not Inductor" in divergence(finding)
+    assert "the mismatch is in the comparison itself" in divergence({**finding, "outputs_as_exported": False})
