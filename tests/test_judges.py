@@ -53,31 +53,30 @@ def _wait_for_pid(path: Path) -> int:
     raise AssertionError(f"no judge wrote {path}")
 
 
-def test_server_judges_ends_a_judge_at_its_timeout_and_judges_on(tmp_path: Path) -> None:
+def test_judge_server_forks_times_out_and_takes_its_judges_with_it(tmp_path: Path) -> None:
     pid_file = tmp_path / "judge.pid"
     server = _JudgeServer({**os.environ, "JUDGE_PID_FILE": str(pid_file)}, tmp_path / "server.log")
     try:
         status, _ = server.judge(_candidate(tmp_path / "c0", sleeps=False), timeout=120)
         assert status == _EXIT_NOT_RUN, (tmp_path / "c0" / "judge.log").read_text()
         assert "not run:" in (tmp_path / "c0" / "judge.log").read_text()
+        # A judge past its timeout is ended; the server judges on.
         with pytest.raises(subprocess.TimeoutExpired):
             server.judge(_candidate(tmp_path / "slow", sleeps=True), timeout=2)
         assert not _alive(_wait_for_pid(pid_file))
         status, seconds = server.judge(_candidate(tmp_path / "c1", sleeps=False), timeout=120)
         assert status == _EXIT_NOT_RUN
         assert seconds < 3, "a forked judge does not import torch again"
-    finally:
+    except BaseException:
         server.close()
-
-
-def test_a_judge_dies_with_its_server(tmp_path: Path) -> None:
-    pid_file = tmp_path / "judge.pid"
-    server = _JudgeServer({**os.environ, "JUDGE_PID_FILE": str(pid_file)}, tmp_path / "server.log")
+        raise
+    # A judge still running when its server ends dies with it.
+    pid_file.unlink()
     errors: list[BaseException] = []
 
     def judge() -> None:
         try:
-            server.judge(_candidate(tmp_path / "slow", sleeps=True), timeout=120)
+            server.judge(_candidate(tmp_path / "orphan", sleeps=True), timeout=120)
         except BaseException as error:
             errors.append(error)
 
