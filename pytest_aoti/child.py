@@ -34,13 +34,13 @@ from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
 NODEID_ENV = "PYTEST_AOTI_NODEID"
 TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
-# A held child (HeldChild) waits for this file before it collects; it gives up after HOLD_LIMIT_ENV seconds.
+# A held child (HeldChild) waits for this file before it collects; it gives up at HOLD_UNTIL_ENV (epoch seconds).
 HOLD_FILE_ENV = "PYTEST_AOTI_HOLD_FILE"
-HOLD_LIMIT_ENV = "PYTEST_AOTI_HOLD_LIMIT"
+HOLD_UNTIL_ENV = "PYTEST_AOTI_HOLD_UNTIL"
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, HOLD_FILE_ENV, HOLD_LIMIT_ENV, "TMPDIR")
+_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
 _WARNING_KEY = "pytest_aoti_warning"
 
@@ -333,9 +333,9 @@ def run_child(
 class HeldChild:
     """A child started before its turn, so that its interpreter start and its imports (torch, export, Inductor:
     ~2-3 s) overlap the stage before it. It waits (``HOLD_FILE_ENV``) for the environment variables that stage
-    decides (the tensors stage's kernel filter), or for word that it is not needed; alone, it gives up when this
-    process ends or after ``hold_limit`` seconds. Variables Inductor reads at import are applied to its config by
-    the child (``child_session.wait_for_turn``)."""
+    decides (the tensors stage's kernel filter); not needed, it is killed (it has run nothing of the test's yet).
+    Alone, it gives up when this process ends or ``hold_limit`` seconds after it started. Variables Inductor reads
+    at import are applied to its config by the child (``child_session.wait_for_turn``)."""
 
     def __init__(
         self,
@@ -351,7 +351,7 @@ class HeldChild:
         self._config = config
         self._hold_file = workdir / f"{stage}.turn.json"
         self._hold_file.unlink(missing_ok=True)
-        hold = {HOLD_FILE_ENV: str(self._hold_file), HOLD_LIMIT_ENV: f"{hold_limit:g}"}
+        hold = {HOLD_FILE_ENV: str(self._hold_file), HOLD_UNTIL_ENV: f"{time.time() + hold_limit:.3f}"}
         self._launch = _prepare(
             config,
             nodeid,
@@ -387,11 +387,7 @@ class HeldChild:
         if self._done:
             return
         self._done = True
-        _write_atomically(self._hold_file, json.dumps({"discard": True}))
-        try:
-            self._process.wait(timeout=_KILL_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
+        # It has run nothing of the test's yet: nothing of it is worth a graceful end.
         _signal_group(self._process.pid, signal.SIGKILL)
         self._process.wait()
         shutil.rmtree(self._launch.tmpdir, ignore_errors=True)

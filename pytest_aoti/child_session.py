@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.child import HOLD_FILE_ENV, HOLD_LIMIT_ENV, write_report, write_warning
+from pytest_aoti.child import HOLD_FILE_ENV, HOLD_UNTIL_ENV, write_report, write_warning
 from pytest_aoti.errors import failure_kind
 
 
@@ -31,7 +31,7 @@ class ChildSession:
         _replay_hypothesis_failures_only()
         hold_file = os.environ.get(HOLD_FILE_ENV)
         if hold_file:
-            wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_LIMIT_ENV, "600")))
+            wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_UNTIL_ENV, "0")) or time.time() + 600)
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the target's file (and the directories on the way to it): a child of a large suite must
@@ -85,25 +85,23 @@ class ChildSession:
         gc.freeze()
 
 
-def wait_for_turn(hold_file: Path, limit: float) -> None:
+def wait_for_turn(hold_file: Path, until: float) -> None:
     """A held child (``child.HeldChild``): import what every stage needs while the stage before this one runs, then
-    wait for this stage's last environment variables. Gives up (exits, having reported nothing) when told it is not
-    needed, when the parent is gone, or after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
+    wait for this stage's last environment variables. Gives up (exits, having reported nothing) when the parent is
+    gone or at ``until`` (epoch seconds)."""
     parent = os.getppid()
+    if time.time() > until:  # not worth the imports
+        os._exit(0)
     import pytest_aoti.compiler  # noqa: F401  (torch, export, dynamo, Inductor's config: most of a child's start)
     from pytest_aoti.debug import apply_import_time_knob
 
     while True:
-        if os.getppid() != parent or time.monotonic() > deadline:
+        if os.getppid() != parent or time.time() > until:
             os._exit(0)
         if hold_file.exists():
             break
         time.sleep(0.02)
-    message = json.loads(hold_file.read_text())
-    if message.get("discard"):
-        os._exit(0)
-    for name, value in message["env"].items():
+    for name, value in json.loads(hold_file.read_text())["env"].items():
         os.environ[name] = value
         apply_import_time_knob(name, value)
 
