@@ -130,13 +130,15 @@ def divergence_details(finding: dict[str, Any]) -> list[str]:
 
 def minified_text(result: dict[str, Any]) -> str:
     """Stage minify's answer: node counts before and after, and where the minimal repro is."""
+    count = result.get("candidates", 0)
+    searched = f"{count} candidate{'' if count == 1 else 's'} in {result.get('seconds', 0)} s"
     if "nodes_after" not in result:
         why = result.get("error") or "no smaller failing graph found"
-        return f"minify: {why} ({result.get('candidates', 0)} candidates in {result.get('seconds', 0)} s)"
+        return f"minify: {why} ({searched})"
     stop = "budget reached" if result.get("out_of_time") else "done"
     return (
         f"minify: {result['nodes_before']} -> {result['nodes_after']} nodes, still {result.get('want')} "
-        f"({result.get('candidates', 0)} candidates in {result.get('seconds', 0)} s, {stop}): {result.get('repro')}"
+        f"({searched}, {stop}): {result.get('repro')}"
     )
 
 
