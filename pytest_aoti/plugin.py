@@ -69,10 +69,15 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[settings_key]
     cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
-    return (
+    header = (
         f"aoti: device={settings.device}, debug={'on' if settings.debug else 'off'}, "
         f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"
     )
+    extra_stages = [name for name, on in (("minify", settings.minify), ("sanitizer", settings.sanitizer)) if on]
+    if extra_stages and not settings.debug:
+        # They add stages to debug reruns: without --aoti-debug only tests marked aoti_ima get one.
+        header += f" ({' and '.join(extra_stages)} apply to tests marked aoti_ima only: add --aoti-debug for all)"
+    return header
 
 
 # pytest attaches its log-capturing handlers to every non-propagating logger, torch's structured-trace logger

@@ -146,3 +146,11 @@ def test_a_relative_cache_dir_follows_pytests_conventions(pytester: pytest.Pytes
         from_cli = pytester.runpytest_inprocess("..", "-p", "no:cacheprovider", "--aoti-cache-dir=from-cli")
     from_ini.stdout.fnmatch_lines([f"aoti: *cache={pytester.path / 'from-ini'} (cap *"])
     from_cli.stdout.fnmatch_lines([f"aoti: *cache={pytester.path / 'sub' / 'from-cli'} (cap *"])
+
+
+def test_header_says_where_minify_applies_without_debug(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    alone = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-minify", "--aoti-sanitizer")
+    alone.stdout.fnmatch_lines(["aoti: * (minify and sanitizer apply to tests marked aoti_ima only: add --aoti-debug*"])
+    with_debug = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-minify", "--aoti-debug")
+    assert "apply to tests marked aoti_ima only" not in with_debug.stdout.str()
