@@ -129,11 +129,21 @@ def not_rerun_reason(
     """Why a failed test is not worth a debug rerun, or None when it is.
 
     An input invariant is raised before the package runs: a rerun under the debug environment (two recompiles)
-    would print the same message. So is a failing fixture that ran before the test reached pytest-aoti (no export,
-    compile, load or call yet): a suite's broken data fixture must not cost a child per test. An isolated run that
-    timed out would time out the same way in every stage."""
+    would print the same message; so would an export error, or a compile or load that raised. A failing fixture that
+    ran before the test reached pytest-aoti (no export, compile, load or call yet) is not pytest-aoti's to debug: a
+    suite's broken data fixture must not cost a child per test. An isolated run that timed out would time out the
+    same way in every stage. A graph that draws random numbers cannot match eager whatever the kernels do."""
     if failure_kind == "input_invariant":
         return "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
+    if failure_kind == "export":
+        return "torch.export rejected the model: no package was built, so a debug rerun cannot tell more"
+    if failure_kind == "compile":
+        # An exception, not a crash: a compile that crashes (a Triton autotune run reading out of bounds) ends its
+        # process, and that failure is debugged as a crash.
+        return (
+            "the package failed to compile or load with an error; recompiling under the debug environment would "
+            "fail the same way"
+        )
     if failure_kind == "random_mismatch":
         return (
             "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot "

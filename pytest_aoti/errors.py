@@ -100,7 +100,11 @@ FailureKind = Literal[
 
 
 def failure_kind(error: BaseException) -> FailureKind:
-    """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more."""
+    """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more. The
+    fixtures turn export and compile errors into pytest failures that carry the kind (``aoti_failure_kind``)."""
+    carried = getattr(error, "aoti_failure_kind", None)
+    if carried in ("export", "compile"):
+        return carried
     if isinstance(error, AOTIInvariantError):
         if error.side == "input":
             return "input_invariant"

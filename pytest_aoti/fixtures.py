@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.errors import AOTICompileError, AOTIExportError
+from pytest_aoti.errors import AOTICompileError, AOTIExportError, failure_kind
 from pytest_aoti.settings import item_settings, settings_key
 
 if TYPE_CHECKING:
@@ -75,8 +75,12 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
             from pytest_aoti.compiler import full_traceback
 
             message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
-        # Outside the except block, so pytest does not print the chain again before the summary line.
-        pytest.fail(message, pytrace=False)
+            kind = failure_kind(error)
+        # Outside the except block, so pytest does not print the chain again before the summary line. The failure's
+        # kind goes with it: the debug triage does not rerun a model export rejected or a compile that raised.
+        failed = pytest.fail.Exception(message, pytrace=False)
+        failed.aoti_failure_kind = kind  # type: ignore[attr-defined]
+        raise failed
 
     return wrapper
 

@@ -167,6 +167,15 @@ def missing_data():
 
 def test_broken_fixture(aoti_compile, missing_data):
     pass
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_export_rejects(aoti_compile):
+    aoti_compile(DataDependent(), (torch.randn(4, 8),))
 """
 
 
@@ -177,7 +186,7 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     result = run_pytest("--aoti-isolate", "--aoti-debug", "-p", "no:logging", "-rA", "--junitxml=report.xml")
     # Children (one killed at its timeout) leave nothing in TMPDIR: their temp dirs live under pytest's basetemp.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(failed=4, skipped=1, xfailed=1, errors=1)
+    result.assert_outcomes(failed=5, skipped=1, xfailed=1, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()
     # Its own output and warnings, as pytest shows them in-process.
@@ -204,10 +213,15 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     broken = text.split("_ ERROR at setup of test_broken_fixture _")[1].split("\n____")[0]
     assert "verdict: not rerun: the test's setup failed before it exported, compiled or ran a model" in broken
     assert "stage kernels" not in broken
+    assert "verdict: not rerun: torch.export rejected the model: no package was built" in text
     assert "INTERNALERROR" not in text + result.stderr.str()
     cases = junit_cases(pytester.path / "report.xml")
-    assert len(cases) == 7
+    assert len(cases) == 8
     assert cases["test_broken_fixture"]["outcomes"] == ["error"]
+    rejected = cases["test_export_rejects"]["properties"]
+    assert isinstance(rejected, dict)
+    assert rejected["aoti_rerun_outcome"] == "not rerun" and "aoti_reproduce" not in rejected
+    assert str(rejected["aoti_verdict"]).startswith("not rerun: torch.export rejected the model")
     assert cases["test_skips"]["outcomes"] == cases["test_xfails"]["outcomes"] == ["skipped"]
     assert cases["test_exits_early"]["outcomes"] == ["failure"]
 

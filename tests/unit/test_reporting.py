@@ -75,6 +75,8 @@ def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
     assert not_rerun_reason("output_nonfinite", None) is None
     assert not_rerun_reason("mismatch", None) is None
     assert not_rerun_reason(None, None) is None  # a crash under xdist: no kind known, rerun
+    assert "torch.export rejected the model" in (not_rerun_reason("export", None) or "")
+    assert "failed to compile or load" in (not_rerun_reason("compile", None) or "")
     assert "setup failed before" in (not_rerun_reason("other", None, setup_failed_before_aoti=True) or "")
     timed_out = _run(tmp_path, "isolate", "timed out", timeout=5.0)
     assert "timed out after 5 s" in (not_rerun_reason("other", timed_out) or "")
