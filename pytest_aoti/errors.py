@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 Invariant = Literal[
@@ -99,6 +100,9 @@ FailureKind = Literal[
 ]
 
 
+_CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|device-side assert|cudaError", re.IGNORECASE)
+
+
 def failure_kind(error: BaseException) -> FailureKind:
     """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more. The
     fixtures turn export and compile errors into pytest failures that carry the kind (``aoti_failure_kind``)."""
@@ -114,5 +118,6 @@ def failure_kind(error: BaseException) -> FailureKind:
     if isinstance(error, AOTIExportError):
         return "export"
     if isinstance(error, AOTICompileError):
-        return "compile"
+        # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
+        return "other" if _CUDA_ERROR.search(str(error)) else "compile"
     return "other"

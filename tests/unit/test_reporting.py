@@ -10,6 +10,7 @@ import pytest
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun, _outcome
 from pytest_aoti.debug import Verdict, not_rerun_reason
+from pytest_aoti.errors import AOTICompileError, failure_kind
 from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
 
 
@@ -77,6 +78,9 @@ def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
     assert not_rerun_reason(None, None) is None  # a crash under xdist: no kind known, rerun
     assert "torch.export rejected the model" in (not_rerun_reason("export", None) or "")
     assert "failed to compile or load" in (not_rerun_reason("compile", None) or "")
+    assert failure_kind(AOTICompileError("C++ compile error: expected ';'")) == "compile"
+    # Autotuning ran a kernel that read out of bounds: worth the debug environment.
+    assert failure_kind(AOTICompileError("CUDA error: an illegal memory access was encountered")) == "other"
     assert "setup failed before" in (not_rerun_reason("other", None, setup_failed_before_aoti=True) or "")
     timed_out = _run(tmp_path, "isolate", "timed out", timeout=5.0)
     assert "timed out after 5 s" in (not_rerun_reason("other", timed_out) or "")
