@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from pytest_aoti.child import private_tmpdir
 from pytest_aoti.minify import _EXIT_NONFINITE, Search, _JudgeServer
 
 ROUNDS = 3
@@ -44,6 +45,9 @@ def candidate(directory: Path) -> Path:
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
+        # Loaded packages are extracted under TMPDIR and stay there: a private one (still sharing Inductor's
+        # headers) goes away with the scratch dir, as in a real minify stage.
+        os.environ["TMPDIR"] = str(private_tmpdir(root))
         bundle = root / "bundle"
         bundle.mkdir()
         (bundle / "env.json").write_text("{}")
