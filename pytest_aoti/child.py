@@ -391,7 +391,7 @@ class HeldChild:
         _signal_group(self._process.pid, signal.SIGKILL)
         self._process.wait()
         shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
-        for leftover in (self._hold_file, self._launch.log_path, self._launch.report_path, self._launch.phase_path):
+        for leftover in (self._launch.log_path, self._launch.report_path, self._launch.phase_path):
             leftover.unlink(missing_ok=True)
 
 

@@ -133,13 +133,13 @@ def resolve(config: pytest.Config) -> Settings:
     timeout_raw, timeout_source = _value(config, "rerun-timeout")
     cap_raw, cap_source = _value(config, "cache-max-mb")
     budget_raw, budget_source = _value(config, "minify-budget")
-    cache_dir_raw, cache_dir_source = _value(config, "cache-dir")
+    cache_dir_raw, _ = _value(config, "cache-dir")
     if cache_dir_raw:
         cache_dir = Path(cache_dir_raw).expanduser()
         if not cache_dir.is_absolute():
             # pytest's own conventions: a path on the command line is relative to where pytest was started
             # (--basetemp, --junitxml), an ini path to the rootdir (cache_dir).
-            from_cli = cache_dir_source.startswith("--")
+            from_cli = config.getoption("aoti_cache_dir") is not None
             cache_dir = (config.invocation_params.dir if from_cli else config.rootpath) / cache_dir
     else:
         cache_dir = default_cache_dir()
