@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.child_args import strip_parent_only
 from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
 
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
@@ -107,28 +108,27 @@ def _launcher(config: pytest.Config) -> list[str]:
 
 
 def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
-    """The parent's command line, plus what a child must change: no xdist, and no output capture for the debug
-    stages (the printer writes to the file descriptors, which must reach the log even if the child crashes)."""
-    command = [*_launcher(config), *(str(arg) for arg in config.invocation_params.args)]
+    """The parent's command line without what writes the user's files or changes scheduling
+    (:func:`~pytest_aoti.child_args.strip_parent_only`), pinned to the parent's rootdir and ini file, and without
+    output capture for the debug stages (the printer writes to the file descriptors, which must reach the log even if
+    the child crashes). This is the line the reproduce line shows."""
+    args = strip_parent_only([str(arg) for arg in config.invocation_params.args])
+    command = [*_launcher(config), *args]
     # pytest picks the rootdir and ini file from the paths among the arguments that exist when it starts, option
     # values included: a directory made since (``--aoti-cache-dir new/dir``) would move the child's rootdir, and
     # every node id with it. Pin both to the parent's.
     command.append(f"--rootdir={config.rootpath}")
     if config.inipath is not None:
         command += ["-c", str(config.inipath)]
-    if config.pluginmanager.has_plugin("xdist"):
-        command += ["-n", "0"]
     if not capture:
         command.append("--capture=no")
     return command
 
 
 def _isolating_overrides(config: pytest.Config, workdir: Path) -> list[str]:
-    """Files the child must not share with the parent: basetemp (a given one is wiped at start), the JUnit file,
-    pytest's cache (``--lf`` state). Left out of the reproduce line: they point into a temp dir."""
+    """Dirs the child must not share with the parent: basetemp (a given one is wiped at start) and pytest's cache.
+    Left out of the reproduce line: they point into a temp dir."""
     overrides = [f"--basetemp={workdir / 'basetemp'}"]
-    if getattr(config.option, "xmlpath", None):
-        overrides.append(f"--junitxml={workdir / 'junit.xml'}")
     if config.pluginmanager.has_plugin("cacheprovider"):
         overrides += ["-o", f"cache_dir={workdir / 'pytest-cache'}"]
     return overrides
@@ -454,10 +454,14 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 def _signal_name(returncode: int | None) -> str | None:
     if returncode is None or returncode >= 0:
         return None
+    return signal_name(-returncode)
+
+
+def signal_name(number: int) -> str:
     try:
-        return signal.Signals(-returncode).name
+        return signal.Signals(number).name
     except ValueError:
-        return f"signal {-returncode}"
+        return f"signal {number}"
 
 
 def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestReport], list[dict[str, Any]]]:

@@ -85,6 +85,41 @@ class ChildSession:
         gc.freeze()
 
 
+# Options of the parent's that write its files or change its scheduling, and what they become in a child: set
+# from PYTEST_ADDOPTS or the ini file's addopts, they reach the child even though its command line leaves them out.
+_PARENT_ONLY_OPTIONS: dict[str, object] = {
+    "xmlpath": None,  # --junitxml
+    "report_log": None,  # pytest-reportlog
+    "htmlpath": None,  # pytest-html
+    "json_report": False,  # pytest-json-report
+    "json_report_file": None,
+    "resultlog": None,
+    "numprocesses": None,  # pytest-xdist
+    "dist": "no",
+    "tx": [],
+    "distload": False,
+    "looponfail": False,
+    "lf": False,
+    "failedfirst": False,
+    "newfirst": False,
+    "last_failed_no_failures": "all",
+    "stepwise": False,
+    "stepwise_skip": False,
+    "stepwise_reset": False,
+    "cacheclear": False,
+    "aoti_cache_clear": None,
+}
+
+
+def neutralize_parent_options(config: pytest.Config) -> None:
+    """In a child, before any plugin configures itself: turn off what would write the user's report files, start
+    xdist, or select tests by the parent's cache (pytest-xdist's ``remote.setup_config`` does the same to its
+    workers' options)."""
+    for dest, value in _PARENT_ONLY_OPTIONS.items():
+        if hasattr(config.option, dest):
+            setattr(config.option, dest, value)
+
+
 def wait_for_turn(hold_file: Path, until: float) -> None:
     """A held child (``child.HeldChild``): import what every stage needs while the stage before this one runs, then
     wait for this stage's last environment variables. Gives up (exits, having reported nothing) when the parent is

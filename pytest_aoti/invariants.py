@@ -60,7 +60,11 @@ class ProgramSpec:
 
 
 def _dim(size: int | torch.SymInt) -> Dim:
-    return size.node.expr if isinstance(size, torch.SymInt) else int(size)
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        # A dim export specialized (Dim.AUTO on a size the model reads as a constant) is a number: static.
+        return int(expr) if expr.is_number else expr
+    return int(size)
 
 
 def _tensor_spec(name: str, value: Any) -> TensorSpec | None:
@@ -70,8 +74,14 @@ def _tensor_spec(name: str, value: Any) -> TensorSpec | None:
 
 
 def _bound(value: Any) -> int | None:
-    # ValueRanges hold sympy ints, or sympy.oo for an unbounded max.
-    return int(value) if value.is_finite else None
+    """A range bound as an int, or None when unbounded. Export's size ranges hold torch's ``int_oo`` for a dim
+    without a ``max`` (``Dim("batch")``, ``Dim.DYNAMIC``, ``Dim.AUTO``), and ``int_oo.is_finite`` is True: it is
+    a sympy Number that ``int()`` cannot convert, so test what it is rather than what it claims."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+
+    if isinstance(value, IntInfinity | NegativeIntInfinity) or not getattr(value, "is_finite", False):
+        return None
+    return int(value)
 
 
 def program_spec(ep: ExportedProgram, dim_names: dict[sympy.Symbol, str] | None = None) -> ProgramSpec:
@@ -91,7 +101,7 @@ def program_spec(ep: ExportedProgram, dim_names: dict[sympy.Symbol, str] | None 
     outputs = tuple(
         _tensor_spec(f"output {i}", getattr(node, "meta", {}).get("val")) for i, node in enumerate(output_node.args[0])
     )
-    ranges = {expr: (int(vr.lower), _bound(vr.upper)) for expr, vr in ep.range_constraints.items()}
+    ranges = {expr: (_bound(vr.lower) or 0, _bound(vr.upper)) for expr, vr in ep.range_constraints.items()}
     return ProgramSpec(tuple(inputs), outputs, ranges, dict(dim_names or {}))
 
 

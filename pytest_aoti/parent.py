@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import phases
-from pytest_aoti.child import ChildRun, replay_warning, run_child
+from pytest_aoti.child import ChildRun, replay_warning, run_child, signal_name
 from pytest_aoti.debug import Verdict, debug_rerun, not_rerun_reason
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.reporting import (
@@ -30,7 +30,7 @@ from pytest_aoti.reporting import (
     user_properties,
     verdict_record,
 )
-from pytest_aoti.settings import DebugRequest, Settings, item_settings, uses_aoti
+from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
@@ -75,7 +75,9 @@ def attach_debug(
     it failed. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
     reads ``user_properties`` from that one only."""
     setup_failed_before_aoti = report.when == "setup" and not reached_aoti
-    reason = not_rerun_reason(failure, isolated_run, setup_failed_before_aoti=setup_failed_before_aoti)
+    reason = config.stash[settings_key].no_children_reason or not_rerun_reason(
+        failure, isolated_run, setup_failed_before_aoti=setup_failed_before_aoti
+    )
     if reason is not None:
         verdict = Verdict(report.nodeid, not_rerun=reason)
     else:
@@ -106,6 +108,8 @@ class ParentSession:
         self.settings = settings
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
+        if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
+            return None  # only fixtures are set up (or shown): nothing a child would add
         reason = item_settings(item).isolate_reason
         if reason is not None:
             return reason
@@ -121,6 +125,7 @@ class ParentSession:
             return None
         resolved = item_settings(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        capture = self.config.getoption("capture", "fd") != "no"
         run = run_child(
             self.config,
             item.nodeid,
@@ -129,8 +134,11 @@ class ParentSession:
             env={},
             timeout=resolved.isolate_timeout,
             workdir=_workdir(self.config, item.nodeid),
-            capture=True,
+            capture=capture,
         )
+        if not capture:
+            # -s: the test's output, as it would have reached the terminal in this process.
+            self.config.get_terminal_writer().write(run.log)
         for record in run.warnings:
             replay_warning(self.config, record)
         properties: list[tuple[str, object]] = []
@@ -232,32 +240,62 @@ class ParentSession:
 
 
 class XdistController:
-    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, and the workers'
-    cache statistics for the summary."""
+    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, crash reports that
+    say how the worker ended, and the workers' cache statistics for the summary. With ``supervising`` (the session
+    pytest-aoti turned into one xdist worker, whose restarts are not capped), it also stops a run whose crashes
+    cannot be test failures: a worker that dies while collecting, or two tests in a row crashing in setup (a
+    session- or module-scoped fixture that crashes would otherwise crash once per test)."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
         self.config = config
+        self.supervising = supervising
         self.armed: dict[str, dict[str, Any]] = {}
         self.crash_properties: dict[str, list[tuple[str, object]]] = {}
+        self.setup_passed: set[str] = set()
+        self.collected_nodes: set[int] = set()
+        self.crashed_in_setup_last = False
+        self.stop_reason: str | None = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         request = getattr(report, "aoti_debug_request", None)
         if request is not None:
             self.armed[report.nodeid] = request
+        if report.when == "setup" and report.passed:
+            self.setup_passed.add(report.nodeid)
+            self.crashed_in_setup_last = False
         properties = self.crash_properties.pop(report.nodeid, None)
         if properties is not None:
             # xdist logs a crashed test as one report and never a teardown. junitxml reads properties from the
             # teardown report and keys its test cases by (node id, worker node): give it that teardown, for the
-            # same test case, so the test stays one <testcase> with its error and its properties.
+            # same test case, so the test stays one <testcase> with its failure and its properties.
             teardown = pytest.TestReport(
                 report.nodeid, report.location, {}, "passed", None, "teardown", user_properties=properties
             )
             teardown.node = getattr(report, "node", None)  # type: ignore[attr-defined]
             self.config.hook.pytest_runtest_logreport(report=teardown)
+        if self.stop_reason is not None and getattr(report, "aoti_crashed", False):
+            pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        self.collected_nodes.add(id(node))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        in_setup = crashitem not in self.setup_passed
+        how = _worker_exit(getattr(report, "node", None))
+        # A crash is this test's failure (in setup or in its call), not an error of an unknown phase ("???").
+        report.when = "setup" if in_setup else "call"
+        report.longrepr = f"{report.longrepr} ({how}{', in setup' if in_setup else ''})"
+        report.aoti_crashed = True  # type: ignore[attr-defined]
+        if self.supervising and in_setup and self.crashed_in_setup_last:
+            self.stop_reason = (
+                f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "
+                "test set up in between; a session- or module-scoped fixture that crashes would crash every later "
+                "test the same way"
+            )
+        self.crashed_in_setup_last = in_setup
         armed = self.armed.get(crashitem)
         if armed is None:
             return
@@ -279,3 +317,26 @@ class XdistController:
         stats = getattr(node, "workeroutput", {}).get("aoti_cache_stats")
         if stats:
             self.config.stash.setdefault(worker_stats_key, []).append(stats)
+        if self.supervising and error and id(node) not in self.collected_nodes:
+            pytest.exit(
+                f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "
+                f"({_worker_exit(node)}); a crash during collection would repeat in every new worker",
+                returncode=pytest.ExitCode.INTERRUPTED,
+            )
+
+
+def _worker_exit(node: Any) -> str:
+    """How a crashed xdist worker ended (``SIGSEGV``, ``exit code 3``), read off its process where execnet's popen
+    gateway exposes it; ``crashed`` otherwise."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return "crashed"
+    try:
+        returncode = popen.wait(timeout=10)
+    except Exception:  # still running, or not a Popen after all
+        return "crashed"
+    if returncode is None:
+        return "crashed"
+    if returncode < 0:
+        return f"crashed with {signal_name(-returncode)}"
+    return f"exited with code {returncode}"

@@ -17,21 +17,38 @@ from pytest_aoti import fixtures
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.child import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.phases import CHILD_ENV
-from pytest_aoti.settings import item_settings, settings_key
+from pytest_aoti.settings import CrashGuard, item_settings, settings_key
 from pytest_aoti.torch_logs import quiet_torch_trace
+
+one_worker_key = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     aoti_settings.add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if os.environ.get(CHILD_ENV):
+        from pytest_aoti.child_session import neutralize_parent_options
+
+        neutralize_parent_options(config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for signature_and_help in aoti_settings.MARKERS.values():
         config.addinivalue_line("markers", signature_and_help)
     settings = aoti_settings.resolve(config)
+    in_child = bool(os.environ.get(CHILD_ENV))
+    if not in_child:
+        settings = aoti_settings.choose_crash_guard(
+            config, settings, xdist_available=config.pluginmanager.hasplugin("xdist")
+        )
+        if settings.crash_guard is CrashGuard.ONE_WORKER:
+            _one_supervised_worker(config)
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
-    if os.environ.get(CHILD_ENV):
+    if in_child:
         from pytest_aoti.child_session import ChildSession
 
         session: object = ChildSession(
@@ -44,11 +61,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
     is_xdist_worker = hasattr(config, "workerinput")
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
-        config.pluginmanager.register(XdistController(config), "aoti-xdist-controller")
+        controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
+        config.pluginmanager.register(controller, "aoti-xdist-controller")
     if settings.cache_clear and not is_xdist_worker:
         from pytest_aoti.cache import clear_cache_dir
 
         clear_cache_dir(settings.cache_dir)
+
+
+def _one_supervised_worker(config: pytest.Config) -> None:
+    """Run the session as one xdist worker (what ``-n 1`` sets up; xdist's own ``pytest_configure`` runs after this
+    one and starts it): a test that crashes the worker fails alone, xdist starts a new worker for the tests after
+    it, and the controller debug-reruns the crashed test. Restarts are not capped by count: the controller stops the
+    run instead when crashes cannot be test failures (during collection, or in setup twice in a row)."""
+    config.option.numprocesses = 1
+    config.option.dist = "load"
+    config.option.tx = ["popen"]
+    if getattr(config.option, "maxworkerrestart", None) is None:
+        config.option.maxworkerrestart = str(2**31)
+    config.stash[one_worker_key] = True
 
 
 @pytest.hookimpl(wrapper=True)
@@ -73,6 +104,10 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"aoti: device={settings.device}, debug={'on' if settings.debug else 'off'}, "
         f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"
     )
+    if settings.crash_guard is CrashGuard.ONE_WORKER:
+        header += ", crash guard: one xdist worker (a crash fails only its test)"
+    elif settings.crash_guard is CrashGuard.UNGUARDED and settings.no_children_reason:
+        header += f", no subprocesses: {settings.no_children_reason}"
     extra_stages = [name for name, on in (("minify", settings.minify), ("sanitizer", settings.sanitizer)) if on]
     if extra_stages and not settings.debug:
         # They add stages to debug reruns: without --aoti-debug only tests marked aoti_ima get one.

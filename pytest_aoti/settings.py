@@ -3,6 +3,8 @@ and the markers' arguments parsed through real signatures. Precedence: ini < com
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
 import math
 import re
@@ -45,6 +47,16 @@ DEFAULT_STAGES = ("kernels", "tensors")
 MISMATCH_STAGES = ("numerics",)
 
 
+class CrashGuard(enum.Enum):
+    """How this session survives a test that crashes its process, so a debug rerun can explain it."""
+
+    NONE = "none"  # no test wants a debug rerun, or this is a pytest-aoti child
+    ONE_WORKER = "one xdist worker"  # --aoti-debug: pytest-aoti turned the session into one supervised xdist worker
+    XDIST = "xdist"  # the user's own -n: a crashed worker is replaced and its test debugged by the controller
+    ISOLATE = "isolate"  # tests that want a debug rerun run in fresh subprocesses from the start
+    UNGUARDED = "unguarded"  # pytest.main(plugins=[...]) or --pdb/--trace: no child can stand in for this process
+
+
 @dataclass(frozen=True)
 class Settings:
     device: str
@@ -58,6 +70,9 @@ class Settings:
     use_cache: bool
     cache_clear: bool
     cache_max_bytes: int
+    crash_guard: CrashGuard = CrashGuard.NONE
+    # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
+    no_children_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,11 +171,63 @@ def resolve(config: pytest.Config) -> Settings:
         cache_clear=bool(_value(config, "cache-clear")[0]),
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
     )
-    if (settings.debug or settings.isolate) and config.getoption("usepdb", False):
+    debugger = _debugger_option(config)
+    if (settings.debug or settings.isolate) and debugger:
         raise pytest.UsageError(
-            "--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with --pdb"
+            f"--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with {debugger}"
         )
     return settings
+
+
+def _debugger_option(config: pytest.Config) -> str | None:
+    if config.getoption("usepdb", False):
+        return "--pdb"
+    if config.getoption("trace", False):
+        return "--trace"
+    return None
+
+
+def _plugin_objects(config: pytest.Config) -> list[str]:
+    """Plugins passed to ``pytest.main(plugins=[...])`` as objects: a fresh interpreter cannot load them."""
+    return [
+        getattr(plugin, "__name__", type(plugin).__name__)
+        for plugin in config.invocation_params.plugins or ()
+        if not isinstance(plugin, str)
+    ]
+
+
+def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_available: bool) -> Settings:
+    """How this session survives a crash when debug reruns are on (``--aoti-debug``, or tests marked ``aoti_ima``,
+    which are only known after collection). ``--aoti-debug`` on a session xdist does not already distribute
+    becomes one supervised xdist worker (xdist replaces a crashed worker and goes on; the controller debug-reruns
+    the crashed test); without xdist, tests that want a debug rerun run isolated. Plain pytest stays in-process."""
+    objects = _plugin_objects(config)
+    debugger = _debugger_option(config)
+    no_children = None
+    if objects:
+        no_children = (
+            f"pytest.main() was given plugin object(s) {', '.join(objects)}, which a fresh interpreter cannot load"
+        )
+    elif debugger:
+        no_children = f"{debugger} debugs the test in this process"
+    option = config.option
+    distributed = getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
+    if hasattr(config, "workerinput") or distributed:
+        guard = CrashGuard.XDIST
+    elif no_children is not None:
+        guard = CrashGuard.UNGUARDED
+    elif settings.isolate:
+        guard = CrashGuard.ISOLATE
+    elif (
+        settings.debug
+        and xdist_available
+        and getattr(option, "numprocesses", None) is None
+        and not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
+    ):
+        guard = CrashGuard.ONE_WORKER
+    else:
+        guard = CrashGuard.ISOLATE
+    return dataclasses.replace(settings, crash_guard=guard, no_children_reason=no_children)
 
 
 def _aoti_ima_signature(
@@ -291,6 +358,14 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
         isolate_reason = "marked aoti_isolate"
     elif settings.isolate and uses_aoti(item):
         isolate_reason = "--aoti-isolate"
+    elif debug is not None and settings.crash_guard is CrashGuard.ISOLATE:
+        isolate_reason = "debug reruns are on and this session runs tests in-process: a crash must end only this test"
+    if isolate_reason is not None and settings.no_children_reason is not None:
+        if isolate_args is not None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.aoti_isolate needs a fresh subprocess, and {settings.no_children_reason}"
+            )
+        isolate_reason = None
     aoti_args = marker_arguments(item, "aoti") or {}
     where = f"{item.nodeid}: @pytest.mark.aoti"
     return ItemSettings(

@@ -14,6 +14,7 @@ from typing import Any
 
 import sympy
 import torch
+import torch.utils._pytree as pytree
 from hypothesis import reject
 from hypothesis import strategies as st
 
@@ -21,7 +22,10 @@ from pytest_aoti.compiler import CompiledModel
 from pytest_aoti.invariants import ProgramSpec, ScalarSpec, TensorSpec
 
 FILLS = ("normal", "zeros", "large", "nan", "inf")
+# A dim without a max (Dim("batch"), Dim.DYNAMIC, Dim.AUTO) is drawn over [min, min + DEFAULT_UNBOUNDED_SPAN].
 DEFAULT_UNBOUNDED_SPAN = 64
+# No drawn tensor holds more elements than this (64 MiB of float32): a Dim(max=2**40) must not take the machine down.
+DEFAULT_MAX_ELEMENTS = 2**24
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,17 @@ class InputDraw:
 
 
 class DrawnInputs(tuple):
-    """The drawn positional inputs (call ``compiled(*drawn)``), printed by shape so a falsifying example reads well."""
+    """The drawn positional inputs, with the keyword inputs in ``kwargs`` (call ``compiled(*drawn, **drawn.kwargs)``;
+    ``compiled(*drawn)`` where the model takes positional inputs only), printed by shape so a falsifying example
+    reads well."""
 
     draw: InputDraw
+    kwargs: dict[str, Any]
 
-    def __new__(cls, values: Sequence[Any], draw: InputDraw) -> DrawnInputs:
+    def __new__(cls, values: Sequence[Any], draw: InputDraw, kwargs: dict[str, Any] | None = None) -> DrawnInputs:
         instance = super().__new__(cls, values)
         instance.draw = draw
+        instance.kwargs = dict(kwargs or {})
         return instance
 
     def __repr__(self) -> str:
@@ -58,19 +66,31 @@ def _candidates(low: int, high: int) -> list[int]:
     return list(dict.fromkeys(v for v in values if low <= v <= high))
 
 
-def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int) -> tuple[int, int]:
+def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int, max_elements: int) -> tuple[int, int]:
     low, high = spec.ranges.get(symbol, (0, None))
     low = max(low, 0)
-    return low, (low + unbounded_span if high is None else high)
+    high = low + unbounded_span if high is None else high
+    # The largest value that keeps every tensor holding the symbol under the element cap, its other dims at their
+    # smallest: past it, no draw could be kept.
+    for tensor in spec.inputs:
+        if isinstance(tensor, TensorSpec) and any(symbol in getattr(d, "free_symbols", ()) for d in tensor.shape):
+            others = 1
+            for dim in tensor.shape:
+                if isinstance(dim, int):
+                    others *= max(dim, 1)
+            high = min(high, max(low, max_elements // others))
+    return low, high
 
 
-def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int]) -> bool:
-    """Every dim expression (derived ones too) evaluates inside its own range."""
+def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int], max_elements: int) -> bool:
+    """Every dim expression (derived ones too) evaluates inside its own range, and no tensor is over the cap."""
     for tensor in spec.inputs:
         if not isinstance(tensor, TensorSpec):
             continue
+        elements = 1
         for dim in tensor.shape:
             if isinstance(dim, int):
+                elements *= dim
                 continue
             value = dim.subs(values)
             if not value.is_number or value < 0:
@@ -78,13 +98,25 @@ def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int]) -> bool:
             low, high = spec.ranges.get(dim, (0, None))
             if int(value) < low or (high is not None and int(value) > high):
                 return False
+            elements *= int(value)
+        if elements > max_elements:
+            return False
     return True
 
 
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}= expected a positive int, got {value!r}")
+    return value
+
+
 def input_shapes(
-    spec: ProgramSpec, *, unbounded_span: int = DEFAULT_UNBOUNDED_SPAN
+    spec: ProgramSpec, *, unbounded_span: int = DEFAULT_UNBOUNDED_SPAN, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> st.SearchStrategy[tuple[tuple[int, ...] | None, ...]]:
-    """Shapes for the flat inputs of ``spec`` (``None`` for non-tensor inputs) that the package accepts."""
+    """Shapes for the flat inputs of ``spec`` (``None`` for non-tensor inputs) that the package accepts: a dim
+    without a max is drawn over ``[min, min + unbounded_span]``, and no tensor holds more than ``max_elements``."""
+    _positive_int(unbounded_span, "unbounded_span")
+    _positive_int(max_elements, "max_elements")
     symbols = sorted(
         {
             s
@@ -98,12 +130,12 @@ def input_shapes(
     )
     per_symbol = []
     for symbol in symbols:
-        low, high = _root_bounds(spec, symbol, unbounded_span)
+        low, high = _root_bounds(spec, symbol, unbounded_span, max_elements)
         per_symbol.append(st.one_of(st.integers(low, high), st.sampled_from(_candidates(low, high))))
 
     def shapes_for(values: tuple[int, ...]) -> tuple[tuple[int, ...] | None, ...]:
         bound = dict(zip(symbols, values, strict=True))
-        if not _consistent(spec, bound):
+        if not _consistent(spec, bound, max_elements):
             reject()
         return tuple(_shape(tensor, bound) for tensor in spec.inputs)
 
@@ -117,10 +149,12 @@ def _shape(tensor: TensorSpec | ScalarSpec, bound: dict[sympy.Symbol, int]) -> t
 
 
 def _materialize(spec: ProgramSpec, draw: InputDraw, device: torch.device) -> list[Any]:
+    """The flat inputs: drawn tensors, and the value export baked in for each non-tensor input."""
     generator = torch.Generator().manual_seed(draw.seed)
     values: list[Any] = []
     for tensor, shape in zip(spec.inputs, draw.shapes, strict=True):
-        if not isinstance(tensor, TensorSpec) or shape is None:
+        if isinstance(tensor, ScalarSpec) or shape is None:
+            values.append(tensor.value if isinstance(tensor, ScalarSpec) else None)
             continue
         values.append(_fill(tensor.dtype, shape, draw.fill, generator).to(device))
     return values
@@ -147,20 +181,31 @@ def dynamic_inputs(
     *,
     fills: Sequence[str] = ("normal",),
     unbounded_span: int = DEFAULT_UNBOUNDED_SPAN,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
 ) -> st.SearchStrategy[DrawnInputs]:
-    """Positional inputs for ``compiled`` over its dynamic-shape ranges, on its device, in its dtypes.
+    """Inputs for ``compiled`` over its dynamic-shape ranges, on its device, in its dtypes; non-tensor inputs take
+    the value export baked in, keyword inputs come in ``drawn.kwargs``.
 
     ``fills`` picks how float values are made: ``normal`` (finite, the default), ``zeros``, ``large`` (|x| ~ 1e4),
-    ``nan``/``inf`` (one injected value, for NaN-handling tests). Unbounded dims range over ``min + unbounded_span``.
+    ``nan``/``inf`` (one injected value, for NaN-handling tests). Dims without a max (``Dim("batch")``,
+    ``Dim.DYNAMIC``, ``Dim.AUTO``) range over ``[min, min + unbounded_span]``; no tensor holds more than
+    ``max_elements`` (a huge ``max`` is drawn up to what fits).
 
     After a call leaves the device unusable (``compiled.poisoned``), later examples are rejected instead of
     failing with the inherited error, so Hypothesis cannot shrink toward examples that only failed because of it;
     the original example replays its original error.
     """
+    if isinstance(fills, str) or not isinstance(fills, Sequence):
+        raise TypeError(f"dynamic_inputs: fills= expected a sequence of fill names, got {fills!r}")
     unknown = [f for f in fills if f not in FILLS]
     if unknown or not fills:
         raise ValueError(f"dynamic_inputs: fills= expected a non-empty subset of {FILLS}, got {tuple(fills)!r}")
     spec = compiled.spec
+    in_spec = compiled.exported_program.call_spec.in_spec
+
+    def structured(flat: list[Any], draw: InputDraw) -> DrawnInputs:
+        args, kwargs = pytree.tree_unflatten(flat, in_spec)
+        return DrawnInputs(args, draw, kwargs)
 
     # Hypothesis prints a falsifying draw as this call: inputs_with_shapes(((13, 4),), seed, fill).
     def inputs_with_shapes(shapes: tuple[tuple[int, ...] | None, ...], seed: int, fill: str) -> DrawnInputs:
@@ -171,8 +216,8 @@ def dynamic_inputs(
         compiled.last_draw = draw
         if poisoned is not None:
             # Replaying the example that poisoned the device: no device work; the call re-raises its error.
-            return DrawnInputs(_materialize(spec, draw, torch.device("meta")), draw)
-        return DrawnInputs(_materialize(spec, draw, compiled.device), draw)
+            return structured(_materialize(spec, draw, torch.device("meta")), draw)
+        return structured(_materialize(spec, draw, compiled.device), draw)
 
-    shapes = input_shapes(spec, unbounded_span=unbounded_span)
+    shapes = input_shapes(spec, unbounded_span=unbounded_span, max_elements=max_elements)
     return st.builds(inputs_with_shapes, shapes, st.integers(0, 2**16), st.sampled_from(list(fills)))
