@@ -79,17 +79,20 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         "TORCHINDUCTOR_NAN_ASSERTS=1",
         "PYTEST_AOTI_NODEID=tests/test_user.py::test_crash",
         "-m pytest",
-        "../tests -n 2 --aoti-debug",
-        "-n 0 --capture=no",
+        "../tests --aoti-debug",
+        "--capture=no",
     ):
         assert part in reproduce.group(1)
+    # The user's report file and scheduling are not repeated: pasted, the line would overwrite their JUnit file.
+    for parent_only in ("-n 2", "--junitxml", "-n 0"):
+        assert parent_only not in reproduce.group(1)
     result.stdout.fnmatch_lines(
         ["*= aoti =*", f"tests/test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"]
     )
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after"}
     crash = cases["test_crash"]
-    assert crash["outcomes"] == ["error"]
+    assert crash["outcomes"] == ["failure"]
     properties = crash["properties"]
     assert isinstance(properties, dict)
     assert properties["aoti_signal"] == "SIGSEGV"
@@ -150,12 +153,6 @@ def test_exits_early(aoti_device):
     os._exit(0)
 
 
-@pytest.mark.aoti_ima
-@pytest.mark.aoti_isolate(timeout=5)
-def test_hangs():
-    time.sleep(120)
-
-
 def test_input_invariant(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8),))(torch.randn(5, 8))
 
@@ -179,10 +176,25 @@ def test_export_rejects(aoti_compile):
 """
 
 
+HANG_TEST = """
+import threading
+
+import pytest
+
+
+@pytest.mark.aoti_ima
+@pytest.mark.aoti_isolate(timeout=10)
+def test_hangs():
+    threading.Event().wait()
+"""
+
+
 def test_an_isolated_test_reports_like_an_in_process_one(
     pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
 ) -> None:
-    pytester.makepyfile(test_user=ISOLATED_TESTS)
+    # The hang has a file of its own, which imports nothing heavy: its child reaches the test well inside the
+    # timeout even on a busy machine, and never finishes it.
+    pytester.makepyfile(test_user=ISOLATED_TESTS, test_hang=HANG_TEST)
     result = run_pytest("--aoti-isolate", "--aoti-debug", "-p", "no:logging", "-rA", "--junitxml=report.xml")
     # Children (one killed at its timeout) leave nothing in TMPDIR: their temp dirs live under pytest's basetemp.
     assert left_behind(watched_tmpdir) == []
@@ -202,8 +214,8 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     result.stdout.fnmatch_lines(["SKIPPED * test_user.py:*: skipped in the child", "XFAIL test_user.py::test_xfails*"])
     assert "the child exited with code 0 before reporting the test's result" in text
     # One timeout, not three: the debug stages would hang the same way.
-    assert "timed out after 5 s in an isolated subprocess (pytest-aoti)" in text
-    assert "verdict: not rerun: the isolated run timed out after 5 s" in text
+    assert "timed out after 10 s in an isolated subprocess (pytest-aoti)" in text
+    assert "verdict: not rerun: the isolated run timed out after 10 s" in text
     assert "in test_hangs" in text  # faulthandler's dump of the hanging child
     assert (
         "verdict: not rerun: the failure is an input check raised before the package ran; a debug rerun cannot "
@@ -216,7 +228,7 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     assert "verdict: not rerun: torch.export rejected the model: no package was built" in text
     assert "INTERNALERROR" not in text + result.stderr.str()
     cases = junit_cases(pytester.path / "report.xml")
-    assert len(cases) == 8
+    assert len(cases) == 9
     assert cases["test_broken_fixture"]["outcomes"] == ["error"]
     rejected = cases["test_export_rejects"]["properties"]
     assert isinstance(rejected, dict)
@@ -265,7 +277,8 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
             assert False
         """
     )
-    result = run_pytest("-p", "no:logging")
+    # --aoti-debug: the session's tests run in one xdist worker, in order, so the earlier test's state leaks.
+    result = run_pytest("-p", "no:logging", "--aoti-debug")
     result.assert_outcomes(passed=1, failed=2, errors=1)
     result.stdout.fnmatch_lines(["*verdict: did not reproduce in isolation*", "*stage kernels (printer=3): passed*"])
     text = result.stdout.str()

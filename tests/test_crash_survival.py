@@ -1,0 +1,127 @@
+"""A crash never ends the run: plain ``pytest --aoti-debug`` and tests marked ``aoti_ima`` survive a segfault, an
+abort and ``os._exit`` without ``-n`` or ``--aoti-isolate``; later tests run, each test is one JUnit case, and a
+pasted reproduce line leaves the user's report files as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases
+
+CRASHES = """
+import os
+
+import pytest
+import torch
+
+from aoti_models import Crashy
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_segfault(aoti_compile):
+    aoti_compile(Crashy(), (torch.randn(4, 3),))(torch.full((4, 3), 1000.0))
+
+
+def test_healthy_after_segfault():
+    assert torch.ones(2).sum() == 2
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_abort(aoti_compile, monkeypatch):
+    monkeypatch.setenv("AOTI_TESTS_CRASH", "abort")
+    aoti_compile(Crashy(), (torch.randn(4, 3),))(torch.full((4, 3), 1000.0))
+
+
+def test_healthy_after_abort():
+    pass
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_exits(aoti_device):
+    os._exit(3)
+
+
+def test_healthy_at_the_end():
+    pass
+"""
+
+KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("how", ["--aoti-debug", "marker only"])
+def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunPytest, how: str) -> None:
+    (pytester.path / "pytest.ini").write_text("[pytest]\n")
+    tests = pytester.path / "tests"
+    tests.mkdir()
+    (tests / "test_crashes.py").write_text(CRASHES)
+    (tests / "aoti_models.py").write_text(MODELS_SOURCE)
+    beside = pytester.path / "beside"
+    beside.mkdir()
+    flags = ["--aoti-debug"] if how == "--aoti-debug" else []
+    result = run_pytest(
+        "../tests", *flags, "-p", "no:logging", "--junitxml=../r.xml", "--report-log=../log.jsonl", cwd=beside
+    )
+    result.assert_outcomes(passed=3, failed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text + result.stderr.str()
+    if how == "--aoti-debug":
+        assert "crash guard: one xdist worker" in text
+    assert f"verdict: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH} completed" in text
+    assert "verdict: crashed with SIGABRT" in text
+    assert re.search(r"verdict: error: the child exited with code 3 before reporting the test's result", text)
+
+    cases = junit_cases(pytester.path / "r.xml")
+    assert set(cases) == {
+        "test_segfault",
+        "test_healthy_after_segfault",
+        "test_abort",
+        "test_healthy_after_abort",
+        "test_exits",
+        "test_healthy_at_the_end",
+    }
+    for crashed in ("test_segfault", "test_abort", "test_exits"):
+        assert cases[crashed]["outcomes"] == ["failure"], cases[crashed]
+    for healthy in ("test_healthy_after_segfault", "test_healthy_after_abort", "test_healthy_at_the_end"):
+        assert cases[healthy]["outcomes"] == []
+    segfault = cases["test_segfault"]["properties"]
+    assert isinstance(segfault, dict)
+    assert segfault["aoti_signal"] == "SIGSEGV" and segfault["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
+
+    # pytest-reportlog: every line parses, every test's call (or crash) is reported once.
+    records = [json.loads(line) for line in (pytester.path / "log.jsonl").read_text().splitlines()]
+    outcomes = Counter(
+        (r["nodeid"], r["outcome"])
+        for r in records
+        if r.get("$report_type") == "TestReport" and r["when"] in ("call", "setup") and r["outcome"] == "failed"
+    )
+    assert sorted(outcomes) == [
+        ("tests/test_crashes.py::test_abort", "failed"),
+        ("tests/test_crashes.py::test_exits", "failed"),
+        ("tests/test_crashes.py::test_segfault", "failed"),
+    ]
+    assert set(outcomes.values()) == {1}
+
+    # The reproduce line, pasted in bash, reproduces the crash and leaves the user's report files as they were.
+    reproduce = re.search(
+        r"^    reproduce: (cd .*PYTEST_AOTI_NODEID=tests/test_crashes.py::test_segfault .*)$", text, re.M
+    )
+    assert reproduce is not None, text
+    for parent_only in ("--junitxml", "--report-log", "-n "):
+        assert parent_only not in reproduce.group(1)
+    before = (_digest(pytester.path / "r.xml"), _digest(pytester.path / "log.jsonl"))
+    pasted = subprocess.run(["bash", "-c", reproduce.group(1)], capture_output=True, text=True, timeout=600)
+    assert pasted.returncode in (-11, 139), pasted.stdout[-3000:] + pasted.stderr[-3000:]
+    assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in pasted.stdout + pasted.stderr
+    assert (_digest(pytester.path / "r.xml"), _digest(pytester.path / "log.jsonl")) == before
