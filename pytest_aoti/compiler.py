@@ -7,6 +7,7 @@ import ctypes
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import time
 import traceback
@@ -122,6 +123,44 @@ def _same_kind(value: Any, default: bool | int | float | str) -> bool:
     return isinstance(value, str)
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """A keyword flag of the public API: a real bool (``"false"`` is truthy, and would silently turn a check off)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _tolerance(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _input_sets(
+    args: Any, kwargs: dict[str, Any] | None, more_inputs: Any
+) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The example inputs and each entry of ``more_inputs`` (a tuple of args, or ``{"args": ..., "kwargs": ...}``)
+    as ``(args, kwargs)`` pairs; a malformed entry is named by its index."""
+    if isinstance(more_inputs, torch.Tensor | str | bytes | dict) or not isinstance(more_inputs, Iterable):
+        raise TypeError(
+            f"more_inputs: expected a list of input sets (each a tuple of args, or a dict with 'args' and 'kwargs'), "
+            f"got {type(more_inputs).__name__}"
+        )
+    input_sets = [validate_inputs(args, kwargs)]
+    for number, extra in enumerate(more_inputs):
+        what = f"more_inputs[{number}]"
+        if isinstance(extra, dict):
+            unknown = set(extra) - {"args", "kwargs"}
+            if unknown:
+                raise TypeError(f"{what}: a dict input set takes the keys 'args' and 'kwargs', got {sorted(unknown)}")
+            input_sets.append(validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=what))
+        else:
+            input_sets.append(validate_inputs(extra, None, what=what))
+    return input_sets
+
+
 def compile_device(args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module) -> torch.device:
     """The device the package is compiled for: that of the example tensors (else the parameters), else CPU."""
     for leaf in pytree.tree_leaves((args, kwargs)):
@@ -190,15 +229,14 @@ class CompiledModel:
             raise RuntimeError(f"{self.package_path.name}: this compiled model was released at the end of its test")
         if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
             raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
-        nonfinite_ok = self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite
+        nonfinite_ok = (
+            self.allow_nonfinite if allow_nonfinite is None else check_flag(allow_nonfinite, "allow_nonfinite")
+        )
+        restride = self.restride_inputs if restride_inputs is None else check_flag(restride_inputs, "restride_inputs")
         in_spec = self.exported_program.call_spec.in_spec
         flat_inputs = flatten_inputs(in_spec, args, kwargs or {})
         bound, run_with = check_inputs(
-            self.spec,
-            flat_inputs,
-            self.device,
-            allow_nonfinite=nonfinite_ok,
-            restride=self.restride_inputs if restride_inputs is None else restride_inputs,
+            self.spec, flat_inputs, self.device, allow_nonfinite=nonfinite_ok, restride=restride
         )
         # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
         run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
@@ -342,6 +380,8 @@ def compile_model(
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call."""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
+    for flag, name in ((strict, "strict"), (allow_nonfinite, "allow_nonfinite"), (restride_inputs, "restride_inputs")):
+        check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
@@ -431,6 +471,19 @@ def dim_names(
     return names
 
 
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor cloned, strides kept; a tensor whose strides a clone cannot keep (an expanded
+    view, which no model can mutate in place) is shared."""
+
+    def copy(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        clone = leaf.clone()
+        return clone if clone.stride() == leaf.stride() else leaf
+
+    return pytree.tree_map(copy, value)
+
+
 def _mismatch_message(label: str, text: str) -> str:
     return f"compiled vs eager on {label}: {text}"
 
@@ -453,8 +506,10 @@ def check_model(
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
     (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``)."""
+    rtol, atol = _tolerance(rtol, "rtol"), _tolerance(atol, "atol")
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
+    input_sets = _input_sets(args, kwargs, more_inputs)
     compiled = compile_model(
         model,
         args,
@@ -468,22 +523,23 @@ def check_model(
         restride_inputs=restride_inputs,
     )
     module = as_module(model)
-    input_sets: list[tuple[tuple[Any, ...], dict[str, Any]]] = [validate_inputs(args, kwargs)]
-    for number, extra in enumerate(more_inputs):
-        if isinstance(extra, dict) and set(extra) <= {"args", "kwargs"}:
-            input_sets.append(
-                validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=f"more_inputs[{number}]")
-            )
-        else:
-            input_sets.append(validate_inputs(extra, None, what=f"more_inputs[{number}]"))
     numerics_dir = os.environ.get(NUMERICS_ENV)  # the numerics debug stage: capture both sides of every call
     for number, (call_args, call_kwargs) in enumerate(input_sets):
         capture = Capture(Path(numerics_dir), number) if numerics_dir else None
-        with capture.package() if capture else contextlib.nullcontext():
-            actual = compiled.call(call_args, call_kwargs)
-        with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
-            expected = module(*call_args, **call_kwargs)
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
+        # Each side gets its own copy: a model that mutates an input in place must not feed eager what the
+        # package left behind. What each side left in its inputs is compared too.
+        package_args, package_kwargs = _copied((call_args, call_kwargs))
+        eager_args, eager_kwargs = _copied((call_args, call_kwargs))
+        try:
+            with capture.package() if capture else contextlib.nullcontext():
+                actual = compiled.call(package_args, package_kwargs)
+        except AOTIInvariantError as error:
+            if number:  # which input set broke the invariant
+                error.args = (f"{label}: {error}",)
+            raise
+        with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
+            expected = module(*eager_args, **eager_kwargs)
         try:
             torch.testing.assert_close(
                 actual,
@@ -492,6 +548,14 @@ def check_model(
                 atol=atol,
                 equal_nan=allow_nonfinite,
                 msg=functools.partial(_mismatch_message, label),
+            )
+            torch.testing.assert_close(
+                (package_args, package_kwargs),
+                (eager_args, eager_kwargs),
+                rtol=rtol,
+                atol=atol,
+                equal_nan=True,
+                msg=functools.partial(_mismatch_message, f"{label}, as the model left them (mutated in place)"),
             )
         except AssertionError as mismatch:
             if capture is not None:

@@ -118,7 +118,7 @@ def _builder(
 
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
-        if "more_inputs" in options:
+        if isinstance(options.get("more_inputs"), list | tuple):  # anything else: check_model names what is wrong
             options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
         options.setdefault("allow_nonfinite", allow_nonfinite)
         options.setdefault("restride_inputs", restride_inputs)

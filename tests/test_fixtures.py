@@ -192,6 +192,62 @@ def test_bad_inductor_config_value(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8),), inductor_configs={"max_autotune": "yes"})
 
 
+class AddsInPlace(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+class Sin(torch.nn.Module):
+    def forward(self, x):
+        return x.sin()
+
+
+# Every form at the invariant level: tests/unit/test_unbounded_dims.py; here two real compiles.
+@pytest.mark.parametrize("form", ["unbounded", "AUTO"])
+def test_unbounded_dim(aoti_check, form):
+    dim = {"unbounded": Dim("batch"), "AUTO": Dim.AUTO}
+    compiled = aoti_check(
+        Sin(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: dim[form]}}, more_inputs=[(torch.randn(700, 3),)]
+    )
+    compiled(torch.randn(3000, 3))
+
+
+def test_derived_from_unbounded(aoti_check):
+    batch = Dim("batch")
+    aoti_check(
+        RowScale(),
+        (torch.randn(4, 3), torch.randn(8, 3)),
+        dynamic_shapes={"x": {0: batch}, "y": {0: 2 * batch}},
+        more_inputs=[(torch.randn(300, 3), torch.randn(600, 3))],
+    )
+
+
+def test_in_place_model_is_checked_not_blamed(aoti_check):
+    aoti_check(AddsInPlace(), (torch.randn(4, 3),), more_inputs=[(torch.randn(4, 3),)])
+
+
+def test_string_flag_refused(aoti_compile):
+    compiled = aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))
+    compiled.call((torch.full((4, 3), float("nan")),), allow_nonfinite="false")
+
+
+def test_string_flag_refused_at_compile(aoti_compile):
+    aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,), restride_inputs="no")
+
+
+def test_more_inputs_not_a_list(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),), more_inputs=5)
+
+
+def test_bad_tolerance(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),), rtol="a", atol=1e-3)
+
+
+def test_bad_shape_in_more_inputs(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),), more_inputs=[(torch.randn(4, 8),), (torch.randn(4, 9),)])
+
+
 class DictInput(torch.nn.Module):
     def forward(self, x, d):
         return x + d["a"] * 2 - d["b"]
@@ -216,7 +272,22 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     result = run_pytest("-p", "no:logging", "-rA")
     # Loaded packages are released at the end of each test and extracted under pytest's tmp dirs: nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(passed=8, failed=20)
+    result.assert_outcomes(passed=12, failed=25)
+
+    # Unbounded dims of every form, and a dim derived from one, compile, check and run.
+    for form in ("unbounded", "AUTO"):
+        assert f"PASSED test_user.py::test_unbounded_dim[{form}]" in result.stdout.str()
+    # An in-place model: each side ran on its own copy, and what it left in its input matched too.
+    assert "PASSED test_user.py::test_in_place_model_is_checked_not_blamed" in result.stdout.str()
+    assert "allow_nonfinite: expected True or False, got str 'false'" in _failure(result, "test_string_flag_refused")
+    assert "restride_inputs: expected True or False, got str 'no'" in _failure(
+        result, "test_string_flag_refused_at_compile"
+    )
+    assert "more_inputs: expected a list of input sets" in _failure(result, "test_more_inputs_not_a_list")
+    assert "rtol: expected a finite number >= 0, got str 'a'" in _failure(result, "test_bad_tolerance")
+    assert "more_inputs[1]: input 0 ('x'): shape invariant violated" in _failure(
+        result, "test_bad_shape_in_more_inputs"
+    )
 
     wrong_shape = _failure(result, "test_wrong_shape")
     assert "input 0 ('x'): shape invariant violated: expected (4, 8), got (5, 8)" in wrong_shape
