@@ -25,6 +25,7 @@ import pytest
 from pytest_aoti import kernel_log
 from pytest_aoti.bundle import BUNDLE_ENV
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
+from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -175,7 +176,8 @@ def debug_rerun(
     nonfinite_failure: bool,
     sanitizer_on_cuda_error: bool = False,
     mismatch: bool = False,
-    minify_budget: float = 300.0,
+    minify_budget: float = DEFAULT_MINIFY_BUDGET,
+    minify_max_candidates: int | None = None,
 ) -> Verdict:
     """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
 
@@ -280,7 +282,7 @@ def debug_rerun(
             run = stage("sanitizer", {**SANITIZER_ENV, **extra_env}, prefix=(tool, *SANITIZER_ARGS))
             verdict.sanitizer = kernel_log.sanitizer_error(run.log)
     if "minify" in stages and not stopped:
-        _minify(verdict, bundle, workdir, budget=minify_budget, mismatch=mismatch)
+        _minify(verdict, bundle, workdir, budget=minify_budget, max_candidates=minify_max_candidates, mismatch=mismatch)
     if (bundle / "repro.py").exists():
         for run in verdict.stages:
             if run.log_path.exists():
@@ -298,7 +300,9 @@ def _minify_target(verdict: Verdict) -> str:
     return "error"
 
 
-def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mismatch: bool) -> None:
+def _minify(
+    verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, max_candidates: int | None, mismatch: bool
+) -> None:
     """Stage minify: ``python -m pytest_aoti.minify`` over the bundle, in its own process (it starts one per
     candidate); the result lands in ``bundle/minified``."""
     if mismatch:
@@ -310,6 +314,8 @@ def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mis
     want = _minify_target(verdict)
     log_path = workdir / "minify.log"
     command = [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--want", want, "--budget", f"{budget:g}"]
+    if max_candidates is not None:
+        command += ["--max-candidates", str(max_candidates)]
     tmpdir = private_tmpdir(workdir)  # what the candidates' loads leave (a judge stopped at the budget) goes with it
     try:
         # The search itself stops at the budget; the margin covers its start-up and the last candidate's judge.

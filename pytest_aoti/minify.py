@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
+
 RESULT_FILE = "minify.json"
 _EXIT_NONFINITE = 10
 _EXIT_RUN_ERROR = 11
@@ -267,15 +269,19 @@ class _OutOfTime(Exception):
 class Search:
     """The candidates' judge for the minifier, with the bookkeeping the report needs."""
 
-    def __init__(self, bundle: Path, want: str, budget: float, workdir: Path) -> None:
+    def __init__(
+        self, bundle: Path, want: str, budget: float, workdir: Path, max_candidates: int | None = None
+    ) -> None:
         self.bundle = bundle
         self.want = want
         self.deadline = time.monotonic() + budget
+        self.max_candidates = max_candidates
         self.workdir = workdir
         self.env = {**os.environ, **json.loads((bundle / "env.json").read_text())}
         self.judged = 0
         self.failing = 0
         self.out_of_time = False
+        self.out_of_candidates = False
         self.verdicts: list[str] = []  # per candidate: its verdict and seconds, for the report
         self.smallest: tuple[Any, Any] | None = None  # the smallest failing candidate: (module, inputs)
         self.slowest = 0.0  # seconds the slowest judge took
@@ -314,6 +320,9 @@ class Search:
         return done.returncode, time.monotonic() - started
 
     def fails(self, module: Any, inputs: Any) -> bool:
+        if self.max_candidates is not None and self.judged >= self.max_candidates:
+            self.out_of_candidates = True
+            raise _OutOfTime
         # A candidate that cannot finish before the deadline (judging by the slowest so far) is not started.
         if time.monotonic() + self.slowest > self.deadline:
             self.out_of_time = True
@@ -346,7 +355,7 @@ class Search:
         return failing
 
 
-def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
+def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = None) -> dict[str, Any]:
     import torch._functorch.fx_minifier as fx_minifier
 
     started = time.monotonic()
@@ -355,7 +364,7 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
     before = _node_count(flat_module)
     out = bundle / "minified"
     shutil.rmtree(out, ignore_errors=True)
-    search = Search(bundle, want, budget, bundle / "minify-work")
+    search = Search(bundle, want, budget, bundle / "minify-work", max_candidates)
     search.workdir.mkdir(parents=True, exist_ok=True)
     if sys.platform == "linux" and _on_cpu_only(flat_module, flat_inputs):
         search.server = _JudgeServer(search.env, search.workdir / "judge-server.log")
@@ -387,6 +396,7 @@ def minify(bundle: Path, want: str, budget: float) -> dict[str, Any]:
         failing_candidates=search.failing,
         verdicts=search.verdicts,
         out_of_time=search.out_of_time,
+        out_of_candidates=search.out_of_candidates,
         seconds=round(time.monotonic() - started, 1),
     )
     shutil.rmtree(search.workdir, ignore_errors=True)
@@ -440,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_aoti.minify", description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", type=Path, nargs="?")
     parser.add_argument("--want", choices=("crash", "nonfinite", "error"), default="crash")
-    parser.add_argument("--budget", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--budget", type=float, default=DEFAULT_MINIFY_BUDGET, help="seconds (default 300)")
+    parser.add_argument("--max-candidates", type=int, default=None, help="candidates judged at most (default: no cap)")
     parser.add_argument("--judge", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--values", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--judge-server", action="store_true", help=argparse.SUPPRESS)
@@ -457,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         save_values(options.bundle, options.values)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = minify(options.bundle, options.want, options.budget)
+    result = minify(options.bundle, options.want, options.budget, options.max_candidates)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -94,6 +94,7 @@ def attach_debug(
             nonfinite_failure=failure == "output_nonfinite",
             sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
             minify_budget=request.minify_budget,
+            minify_max_candidates=request.minify_max_candidates,
         )
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))

@@ -135,7 +135,13 @@ def minified_text(result: dict[str, Any]) -> str:
     if "nodes_after" not in result:
         why = result.get("error") or "no smaller failing graph found"
         return f"minify: {why} ({searched})"
-    stop = "budget reached" if result.get("out_of_time") else "done"
+    stop = (
+        "candidate cap reached"
+        if result.get("out_of_candidates")
+        else "budget reached"
+        if result.get("out_of_time")
+        else "done"
+    )
     return (
         f"minify: {result['nodes_before']} -> {result['nodes_after']} nodes, still {result.get('want')} "
         f"({searched}, {stop}): {result.get('repro')}"

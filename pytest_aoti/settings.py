@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.cache import default_cache_dir
+from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 
 DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
@@ -33,10 +34,15 @@ MINIFY_DESC = (
     "(or make NaN/Inf, or fail), each candidate judged in its own process"
 )
 MINIFY_BUDGET_DESC = "seconds stage minify may search before keeping the smallest failing graph found (default 300)"
-DEFAULT_MINIFY_BUDGET = 300.0
+MINIFY_MAX_CANDIDATES_DESC = (
+    "candidate graphs stage minify judges at most before keeping the smallest failing one found (default: no cap, "
+    "the budget alone ends the search); a cap that does not depend on the machine's speed"
+)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
+# A week: past it a budget is no budget, and time arithmetic on it overflows (1e308 s).
+MAX_MINIFY_BUDGET = 7 * 24 * 3600.0
 DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
@@ -66,6 +72,7 @@ class Settings:
     sanitizer: bool
     minify: bool
     minify_budget: float
+    minify_max_candidates: int | None
     cache_dir: Path
     use_cache: bool
     cache_clear: bool
@@ -73,6 +80,7 @@ class Settings:
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
+    crash_guard_blocked_by_debugger: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class DebugRequest:
     sanitizer_on_cuda_error: bool = False
     minify: bool = False  # --aoti-minify: add stage minify whatever the stages
     minify_budget: float = DEFAULT_MINIFY_BUDGET
+    minify_max_candidates: int | None = None
 
     def stages_for(self, failure: str | None) -> tuple[str, ...]:
         stages = self.stages
@@ -111,6 +120,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("sanitizer", SANITIZER_DESC, flag=True, ini_type="bool", default=False)
     option("minify", MINIFY_DESC, flag=True, ini_type="bool", default=False)
     option("minify-budget", MINIFY_BUDGET_DESC, default=str(DEFAULT_MINIFY_BUDGET))
+    option("minify-max-candidates", MINIFY_MAX_CANDIDATES_DESC, default="")
     option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
     option("cache-dir", CACHE_DIR_DESC, default="")
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
@@ -130,13 +140,15 @@ def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
         raise pytest.UsageError(f"ini option {dest}: {error}; expected true or false") from None
 
 
-def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False) -> float:
+def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False, at_most: float | None = None) -> float:
     try:
         value = int(raw) if integer else float(raw)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{source}: expected {what}, got {raw!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise pytest.UsageError(f"{source}: expected {what} greater than 0 (finite), got {raw!r}")
+    if at_most is not None and value > at_most:
+        raise pytest.UsageError(f"{source}: expected {what} of at most {at_most:g}, got {raw!r}")
     return value
 
 
@@ -148,6 +160,7 @@ def resolve(config: pytest.Config) -> Settings:
     timeout_raw, timeout_source = _value(config, "rerun-timeout")
     cap_raw, cap_source = _value(config, "cache-max-mb")
     budget_raw, budget_source = _value(config, "minify-budget")
+    candidates_raw, candidates_source = _value(config, "minify-max-candidates")
     cache_dir_raw, _ = _value(config, "cache-dir")
     if cache_dir_raw:
         cache_dir = Path(cache_dir_raw).expanduser()
@@ -165,7 +178,12 @@ def resolve(config: pytest.Config) -> Settings:
         rerun_timeout=_positive_number(timeout_raw, timeout_source, what="seconds"),
         sanitizer=bool(_value(config, "sanitizer")[0]),
         minify=bool(_value(config, "minify")[0]),
-        minify_budget=_positive_number(budget_raw, budget_source, what="seconds"),
+        minify_budget=_positive_number(budget_raw, budget_source, what="seconds", at_most=MAX_MINIFY_BUDGET),
+        minify_max_candidates=(
+            int(_positive_number(candidates_raw, candidates_source, what="a number of candidates", integer=True))
+            if str(candidates_raw).strip()
+            else None
+        ),
         cache_dir=cache_dir,
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(_value(config, "cache-clear")[0]),
@@ -188,11 +206,13 @@ def _debugger_option(config: pytest.Config) -> str | None:
 
 
 def _plugin_objects(config: pytest.Config) -> list[str]:
-    """Plugins passed to ``pytest.main(plugins=[...])`` as objects: a fresh interpreter cannot load them."""
+    """Plugins passed to ``pytest.main(plugins=[...])`` as objects: a fresh interpreter cannot load them. pytest's
+    own (pytester's helpers, in its in-process runs) change nothing a test sees."""
     return [
         getattr(plugin, "__name__", type(plugin).__name__)
         for plugin in config.invocation_params.plugins or ()
         if not isinstance(plugin, str)
+        and not (getattr(plugin, "__name__", None) or type(plugin).__module__).startswith("_pytest.")
     ]
 
 
@@ -216,18 +236,20 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
         guard = CrashGuard.XDIST
     elif no_children is not None:
         guard = CrashGuard.UNGUARDED
+    elif any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly")):
+        guard = CrashGuard.NONE  # no test runs
     elif settings.isolate:
         guard = CrashGuard.ISOLATE
-    elif (
-        settings.debug
-        and xdist_available
-        and getattr(option, "numprocesses", None) is None
-        and not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
-    ):
+    elif settings.debug and xdist_available and getattr(option, "numprocesses", None) is None:
         guard = CrashGuard.ONE_WORKER
     else:
         guard = CrashGuard.ISOLATE
-    return dataclasses.replace(settings, crash_guard=guard, no_children_reason=no_children)
+    return dataclasses.replace(
+        settings,
+        crash_guard=guard,
+        no_children_reason=no_children,
+        crash_guard_blocked_by_debugger=not objects and debugger is not None,
+    )
 
 
 def _aoti_ima_signature(
@@ -338,6 +360,7 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
         sanitizer_on_cuda_error=settings.sanitizer,
         minify=settings.minify,
         minify_budget=settings.minify_budget,
+        minify_max_candidates=settings.minify_max_candidates,
     )
 
 
@@ -361,7 +384,9 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
     elif debug is not None and settings.crash_guard is CrashGuard.ISOLATE:
         isolate_reason = "debug reruns are on and this session runs tests in-process: a crash must end only this test"
     if isolate_reason is not None and settings.no_children_reason is not None:
-        if isolate_args is not None:
+        # Under a debugger, a test marked to run elsewhere is refused (as --aoti-isolate with --pdb is); with plugin
+        # objects a child cannot load, it runs here (the header says why).
+        if isolate_args is not None and settings.crash_guard_blocked_by_debugger:
             raise pytest.UsageError(
                 f"{item.nodeid}: @pytest.mark.aoti_isolate needs a fresh subprocess, and {settings.no_children_reason}"
             )

@@ -301,7 +301,7 @@ def test_repeated_debug_run_loads_its_debug_packages(
     # The parent and each stage's child print their own cache line: three packages, the stages' keyed on their env.
     assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 3
     # Again, and minified this time: the graph shrinks to the one node that makes the NaN.
-    second = run_pytest("--aoti-minify", "--aoti-minify-budget=19")
+    second = run_pytest("--aoti-minify", "--aoti-minify-max-candidates=3")
     second.assert_outcomes(failed=1)
     again = second.stdout.str()
     assert again.count("aoti cache: 1 hits, 0 misses") == 3

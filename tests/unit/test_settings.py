@@ -70,6 +70,10 @@ def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, mar
         ([], "aoti_minify = sometimes", "ini option aoti_minify: invalid truth value 'sometimes'"),
         ([], "aoti_debug = maybe", "ini option aoti_debug: invalid truth value 'maybe'; expected true or false"),
         (["--aoti-debug", "--pdb"], "", "cannot be combined with --pdb"),
+        (["--aoti-isolate", "--trace"], "", "cannot be combined with --trace"),
+        (["--aoti-minify-budget=1e308"], "", "--aoti-minify-budget: expected seconds of at most 604800, got '1e308'"),
+        (["--aoti-minify-max-candidates=2.5"], "", "--aoti-minify-max-candidates: expected a number of candidates"),
+        ([], "aoti_minify_max_candidates = 0", "ini option aoti_minify_max_candidates: expected a number of candidates"),
     ],
 )
 def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], ini: str, message: str) -> None:
@@ -154,3 +158,48 @@ def test_header_says_where_minify_applies_without_debug(pytester: pytest.Pyteste
     alone.stdout.fnmatch_lines(["aoti: * (minify and sanitizer apply to tests marked aoti_ima only: add --aoti-debug*"])
     with_debug = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-minify", "--aoti-debug")
     assert "apply to tests marked aoti_ima only" not in with_debug.stdout.str()
+
+
+def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+
+        @pytest.mark.aoti_isolate
+        def test_isolated():
+            pass
+
+        @pytest.mark.aoti_ima
+        def test_debugged(aoti_device):
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--trace", "--collect-only")
+    result.stdout.fnmatch_lines(
+        ["*test_user.py::test_isolated: @pytest.mark.aoti_isolate needs a fresh subprocess, and --trace debugs*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "header"),
+    [
+        (["--aoti-debug"], "crash guard: one xdist worker"),
+        (["--aoti-debug", "-p", "no:xdist"], None),
+        (["--aoti-debug", "-n", "0"], None),
+        ([], None),
+    ],
+)
+def test_where_debug_reruns_survive_a_crash(pytester: pytest.Pytester, args: list[str], header: str | None) -> None:
+    """--aoti-debug alone becomes one supervised xdist worker; with xdist off, tests that want a debug rerun are
+    isolated instead (test_crash_survival.py runs both with real crashes)."""
+    from pytest_aoti.settings import CrashGuard, settings_key
+
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    config = pytester.parseconfigure("-p", "no:cacheprovider", *args)
+    guard = config.stash[settings_key].crash_guard
+    if header is not None:
+        assert guard is CrashGuard.ONE_WORKER
+        assert config.option.numprocesses == 1 and config.option.dist == "load"
+    else:
+        assert guard is CrashGuard.ISOLATE
