@@ -20,6 +20,7 @@ import pytest
 
 from pytest_aoti.child import HOLD_FILE_ENV, HOLD_UNTIL_ENV, write_report, write_warning
 from pytest_aoti.errors import failure_kind
+from pytest_aoti.phases import CHILD_ENV
 
 
 class ChildSession:
@@ -28,7 +29,9 @@ class ChildSession:
         self.nodeid = nodeid
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
-        _replay_hypothesis_failures_only()
+        if os.environ.get(CHILD_ENV) != "isolate":
+            # A debug stage replays the failing example; an isolated test searches as it would in the parent.
+            _replay_hypothesis_failures_only()
         hold_file = os.environ.get(HOLD_FILE_ENV)
         if hold_file:
             wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_UNTIL_ENV, "0")) or time.time() + 600)

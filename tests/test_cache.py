@@ -298,13 +298,14 @@ def test_repeated_debug_run_loads_its_debug_packages(
     first.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
     # Quiet reports: with pytest's logging plugin on, torch's structured-trace records stay out of the captured logs.
     assert "torch.__trace" not in text
-    # The parent and each stage's child print their own cache line: three packages, the stages' keyed on their env.
-    assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 3
+    # Each stage's child prints its own cache line (its packages keyed on its env), in its log in the report. The
+    # marked test itself ran isolated (a crash must end only it), so this process compiled nothing.
+    assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 2
     # Again, and minified this time: the graph shrinks to the one node that makes the NaN.
     second = run_pytest("--aoti-minify", "--aoti-minify-max-candidates=3")
     second.assert_outcomes(failed=1)
     again = second.stdout.str()
-    assert again.count("aoti cache: 1 hits, 0 misses") == 3
+    assert again.count("aoti cache: 1 hits, 0 misses") == 2
     assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in again
     minified = re.search(r"^minify: 2 -> 1 nodes, still nonfinite \(.*\): (\S+)$", again, re.MULTILINE)
     assert minified is not None, again

@@ -229,7 +229,7 @@ def test_an_isolated_test_reports_like_an_in_process_one(
     assert "verdict: not rerun: torch.export rejected the model: no package was built" in text
     assert "INTERNALERROR" not in text + result.stderr.str()
     cases = junit_cases(pytester.path / "report.xml")
-    assert len(cases) == 9
+    assert len(cases) == 8
     assert cases["test_broken_fixture"]["outcomes"] == ["error"]
     rejected = cases["test_export_rejects"]["properties"]
     assert isinstance(rejected, dict)

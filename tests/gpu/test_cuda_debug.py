@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest
+from tests.conftest import RunPytest, junit_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -119,8 +119,9 @@ def test_ima_marked_without_xdist_and_the_tests_after_it(pytester: pytest.Pytest
     text = result.stdout.str()
     result.assert_outcomes(passed=3, failed=1)
     _assert_ima_verdict(text)
-    assert "the CUDA context of this process is unusable after this test" in text
-    assert "ran in a fresh subprocess: the CUDA context was poisoned by test_user.py::test_ima" in text
+    # Marked and not under xdist: the test ran in a fresh subprocess from the start, so the IMA never reached this
+    # process's CUDA context, and the tests after it ran here.
+    assert "ran in a fresh subprocess: debug reruns are on and this session runs tests in-process" in text
 
 
 def test_ima_under_aoti_debug_with_xdist(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -360,3 +361,49 @@ def test_numerics_names_the_divergent_triton_kernel(pytester: pytest.Pytester, r
     assert "inputs matched eager" in text
     assert "the difference comes from export, not Inductor" in text
     assert re.search(r"stage numerics \(printer=1, provenance tracking\): failed: .* \[[\d.]+ s\]", text)
+
+
+DEVICE_ASSERT_THEN_HEALTHY = """
+import torch
+
+from gpu_models import MLP
+
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(100, 16)
+
+    def forward(self, ids):
+        return self.table(ids) * 2
+
+
+def test_embedding(aoti_compile, aoti_device):
+    compiled = aoti_compile(Embed(), (torch.randint(0, 100, (4, 8)),))
+    compiled(torch.full((4, 8), 5000, dtype=torch.int64, device=aoti_device))
+
+
+def test_cuda_after(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),))
+
+
+def test_cpu_after():
+    assert torch.ones(2).sum() == 2
+"""
+
+
+def test_device_assert_under_plain_aoti_debug_ends_only_its_test(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """A device-side assert aborts the process (c10::AcceleratorError, SIGABRT): under plain ``--aoti-debug`` (no
+    ``-n``) the session runs as one supervised xdist worker, so the abort fails that test and the others run."""
+    _write(pytester, DEVICE_ASSERT_THEN_HEALTHY)
+    result = run_pytest("-p", "no:logging", "--aoti-debug", "--junitxml=report.xml")
+    _keep("device_assert_plain_debug", result)
+    result.assert_outcomes(passed=2, failed=1)
+    text = result.stdout.str()
+    assert "crash guard: one xdist worker" in text
+    assert "device-side assert `index out of bounds: 0 <= tmp" in text
+    cases = junit_cases(pytester.path / "report.xml")
+    assert set(cases) == {"test_embedding", "test_cuda_after", "test_cpu_after"}
+    assert cases["test_embedding"]["outcomes"] == ["failure"]
