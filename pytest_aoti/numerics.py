@@ -24,6 +24,7 @@ import contextlib
 import copy
 import difflib
 import json
+import operator
 import os
 import re
 import zipfile
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator
 from torch.export import ExportedProgram
 from torch.testing._comparison import default_tolerances
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -131,19 +133,28 @@ class _Op:
 class _Recorder(TorchDispatchMode):
     """Keeps a copy of every ATen op's tensor outputs, and which graph node (if any) was running."""
 
+    # Higher-order ops (cond, while_loop, map, scan…) come here whole and run unrecorded (this mode is popped while
+    # it handles an op): their outputs are compared, the ops of their subgraphs are not.
+    supports_higher_order_operators = True
+
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[_Op] = []
         self.node: str | None = None
+        self.higher_order: set[str] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if isinstance(func, HigherOrderOperator):
+            self.higher_order.add(func.name())
         tensors = [t.detach().to("cpu", copy=True) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         self.ops.append(_Op(_op_name(func), tensors, self.node))
         return out
 
 
 def _op_name(func: Any) -> str:
+    if isinstance(func, HigherOrderOperator):
+        return f"higher_order.{func.name()}"
     # In-place and functional forms are the same computation: eager's relu_ is the exported program's relu.
     name = str(func._schema.name) if hasattr(func, "_schema") else str(func)
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
@@ -155,6 +166,7 @@ class _NodeTracking(torch.fx.Interpreter):
         self.recorder = recorder
         self.ops = recorder.ops  # filled as the graph runs
         self.values: dict[str, Any] = {}
+        self.items: dict[str, tuple[str, int]] = {}  # node -> (multi-output node, index): ``getitem``s dispatch nothing
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.node = n.name
@@ -162,6 +174,9 @@ class _NodeTracking(torch.fx.Interpreter):
         self.recorder.node = None
         if n.op == "call_function":
             self.values[n.name] = value
+            source, index = (*n.args, None, None)[:2]
+            if n.target is operator.getitem and isinstance(source, torch.fx.Node) and isinstance(index, int):
+                self.items[n.name] = (source.name, index)
         return value
 
 
@@ -224,6 +239,17 @@ def node_values(eager_ops: list[_Op], program: ExportedProgram, flat_inputs: Seq
                 if eager_outputs and eager_outputs[0].shape == tensor.shape:
                     values.eager[name] = eager_outputs[0]
                 break
+    for name, (source, item) in traced.items.items():  # an output of a multi-output op: eager's same output
+        aligned = [eager_index[index] for index in ops_of.get(source, []) if index in eager_index]
+        if name in values.exported and aligned:
+            eager_outputs = eager_ops[aligned[-1]].outputs
+            if item < len(eager_outputs) and eager_outputs[item].shape == values.exported[name].shape:
+                values.eager[name] = eager_outputs[item]
+    if traced.recorder.higher_order:
+        names = ", ".join(sorted(traced.recorder.higher_order))
+        values.notes.append(
+            f"higher-order ops ({names}): their outputs are compared, the kernels of their subgraphs are not"
+        )
     try:
         reference = _interpret(program, flat_inputs, float64=True)
         values.reference = {
@@ -250,6 +276,12 @@ class Difference:
         return self.beyond_test and self.beyond_noise
 
 
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    return "complex" if dtype.is_complex else "float" if dtype.is_floating_point else "int"
+
+
 def noise_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) of float32 rounding, or of the dtype when it is wider (float64)."""
     wider = torch.promote_types(dtype, torch.float32) if dtype.is_floating_point else torch.float32
@@ -257,7 +289,10 @@ def noise_tolerance(dtype: torch.dtype) -> tuple[float, float]:
 
 
 def compare(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None) -> Difference | None:
-    """How ``actual`` differs from ``expected``; None when they cannot be compared (shape)."""
+    """How ``actual`` differs from ``expected``; None when they cannot be compared (shape, or a bool against a
+    number: a 0-d sum is not the comparison made from it)."""
+    if _kind(actual.dtype) != _kind(expected.dtype):
+        return None
     if actual.shape != expected.shape:
         if actual.numel() != expected.numel():
             return None

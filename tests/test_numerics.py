@@ -6,6 +6,7 @@ the counter model: its packages, normal and numerics, compile once.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -205,3 +206,85 @@ def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
     assert "the package's outputs are the exported program's and eager's are not" in divergence(finding)
     assert "the difference comes from export, not Inductor" in divergence(finding)
     assert "the mismatch is in the comparison itself" in divergence({**finding, "outputs_as_exported": False})
+
+
+class _Cond(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return torch.cond(h.sum() > 0, lambda t: t.relu() * 2, lambda t: t - 1, (h,))[0] + 1
+
+
+class _While(torch.nn.Module):
+    def forward(self, count: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        return while_loop(lambda c, h: c < 3, lambda c, h: (c + 1, torch.tanh(h) * 2), (count, x))[1] + 1
+
+
+class _Map(torch.nn.Module):
+    def forward(self, xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.map import map as map_over
+
+        return map_over(lambda x, y: torch.sin(x) + y, xs, y) * 2
+
+
+class _BufferStep(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("steps", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps.add_(1)
+        return torch.relu(self.lin(x)) * self.steps
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs", "higher_order"),
+    [
+        (_Cond, lambda: (torch.randn(2, 4),), "cond"),
+        (_While, lambda: (torch.tensor(0), torch.randn(2, 4)), "while_loop"),
+        (_Map, lambda: (torch.randn(3, 4), torch.randn(4)), "map_impl"),
+        (_BufferStep, lambda: (torch.randn(2, 4),), None),
+    ],
+    ids=["cond", "while_loop", "map", "buffer mutation"],
+)
+def test_eager_values_through_higher_order_ops_and_mutated_buffers(
+    model: type[torch.nn.Module], inputs: Any, higher_order: str | None
+) -> None:
+    """Eager runs under the recorder without error (the test's own eager call is recorded in the numerics child),
+    and every node after the higher-order op has eager's value: its outputs are compared, with a note that the
+    kernels inside it are not."""
+    from pytest_aoti.numerics import Capture, node_values
+
+    args = inputs()
+    program = torch.export.export(model(), args)
+    eager_model = model()
+    eager_model.load_state_dict(program.state_dict, strict=False)
+    capture = Capture(Path("unused"), 0)
+    with torch.no_grad(), capture.eager():
+        eager_model(*args)
+    values = node_values(capture.recorder.ops, program, list(args))
+    output = program.graph_signature.user_outputs[0]
+    assert output in values.eager, (sorted(values.eager), output)
+    for name, value in values.eager.items():
+        torch.testing.assert_close(value, values.exported[name], msg=name)
+    notes = [note for note in values.notes if note.startswith("higher-order ops")]
+    if higher_order is None:
+        assert notes == []
+    else:
+        assert notes == [
+            f"higher-order ops ({higher_order}): their outputs are compared, the kernels of their subgraphs are not"
+        ]
+
+
+def test_a_bool_is_not_compared_with_a_number() -> None:
+    from pytest_aoti.numerics import compare
+
+    assert compare(torch.tensor(0.5), torch.tensor(True), None) is None
+    assert compare(torch.tensor(1, dtype=torch.int64), torch.tensor(1.0), None) is None
+    assert compare(torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(1.0), None) is not None
