@@ -20,6 +20,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ _NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 MARKER_FILE = ".pytest-aoti-cache"
 _MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
 _ENTRY_DIR = re.compile(r"^[0-9a-f]{2}$")
+_PARTIAL = ".partial-"
 _ENTRY_FILE = re.compile(r"^[0-9a-f]{64}\.(pt2|json|lock)$|^\.partial-")
 
 
@@ -316,6 +318,7 @@ class PackageCache:
     root: Path
     max_bytes: int
     stats: CacheStats = field(default_factory=CacheStats)
+    store_problem: str | None = None  # why storing stopped (ENOSPC, EROFS…): said once, then lookups only
 
     @classmethod
     def open(cls, root: Path, max_bytes: int) -> PackageCache | None:
@@ -326,6 +329,7 @@ class PackageCache:
         if problem is not None:
             _warn(f"not using the package cache at {root}: {problem}; compiling without a cache")
             return None
+        _reclaim_partials(root)
         return cls(root, max_bytes)
 
     def key_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
@@ -337,11 +341,23 @@ class PackageCache:
 
     @contextmanager
     def locked(self, key: str) -> Iterator[None]:
-        """Hold the entry's lock: a second process asking for the same package waits, then hits."""
-        folder = self.root / key[:2]
-        folder.mkdir(mode=0o700, exist_ok=True)
-        with FileLock(str(folder / f"{key}.lock")):
+        """Hold the entry's lock: a second process asking for the same package waits, then hits. A cache that cannot
+        store (read-only, full) is read without a lock."""
+        lock: FileLock | None = None
+        if self.store_problem is None:
+            try:
+                folder = self.root / key[:2]
+                folder.mkdir(mode=0o700, exist_ok=True)
+                lock = FileLock(str(folder / f"{key}.lock"))
+                lock.acquire()
+            except OSError as error:
+                self._cannot_store(error)
+                lock = None
+        try:
             yield
+        finally:
+            if lock is not None:
+                lock.release()
 
     def lookup(self, key: str) -> Path | None:
         package, sidecar = self._paths(key)
@@ -365,39 +381,89 @@ class PackageCache:
         return package
 
     def store(self, key: str, built: Path, compile_seconds: float) -> Path:
-        """Move a freshly built package into the cache atomically and return its cached path."""
+        """Move a freshly built package into the cache atomically and return its cached path; ``built`` itself when
+        the cache cannot store (it warns once, and the run goes on without storing)."""
         self.stats.compile_seconds += compile_seconds
+        if self.store_problem is not None:
+            return built
         package, sidecar = self._paths(key)
-        package.parent.mkdir(mode=0o700, exist_ok=True)
-        record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
-        for target, write in (
-            (package, lambda tmp: shutil.copyfile(built, tmp)),
-            (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record))),
-        ):
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-            os.close(fd)
-            try:
-                write(tmp)
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        self.evict(keep=package)
+        try:
+            package.parent.mkdir(mode=0o700, exist_ok=True)
+            record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
+            for target, write in (
+                (package, lambda tmp: shutil.copyfile(built, tmp)),
+                (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record))),
+            ):
+                # The writer's pid in the name: a later run reclaims what a killed writer left.
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{_PARTIAL}{os.getpid()}-")
+                os.close(fd)
+                try:
+                    write(tmp)
+                    os.replace(tmp, target)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+            self.evict(keep=package)
+        except OSError as error:  # a full disk, a read-only mount, permissions changed mid-run
+            self._cannot_store(error)
+            package.unlink(missing_ok=True)
+            return built
         return package
+
+    def _cannot_store(self, error: OSError) -> None:
+        if self.store_problem is None:
+            self.store_problem = error.strerror or str(error)
+            _warn(
+                f"the package cache at {self.root} cannot store packages ({self.store_problem}); "
+                "going on without storing"
+            )
 
     def evict(self, keep: Path | None = None) -> None:
         """Delete least-recently-used packages until the cache fits ``max_bytes`` (``keep`` always stays). Only
-        entries the cache wrote are considered."""
-        packages = sorted((p for p in self.root.glob("*/*.pt2") if _is_entry(p)), key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in packages)
-        for oldest in packages:
+        entries the cache wrote are considered; one another process evicts meanwhile is skipped."""
+        sized: list[tuple[float, int, Path]] = []
+        for package in self.root.glob("*/*.pt2"):
+            if not _is_entry(package):
+                continue
+            try:
+                status = package.stat()
+            except FileNotFoundError:
+                continue
+            sized.append((status.st_mtime, status.st_size, package))
+        total = sum(size for _, size, _ in sized)
+        for _, size, oldest in sorted(sized):
             if total <= self.max_bytes:
                 break
             if oldest == keep:
                 continue
-            total -= oldest.stat().st_size
+            total -= size
             oldest.unlink(missing_ok=True)
             oldest.with_suffix(".json").unlink(missing_ok=True)
+
+
+def _reclaim_partials(root: Path) -> None:
+    """Remove the partial writes of writers that are gone (killed mid-store): ``.partial-<pid>-…`` whose pid is
+    not running. A partial without a pid (an older version's) goes once it is an hour old."""
+    for partial in root.glob(f"*/{_PARTIAL}*"):
+        if not _is_entry(partial):
+            continue
+        writer = partial.name[len(_PARTIAL) :].split("-", 1)[0]
+        try:
+            gone = not _running(int(writer)) if writer.isdigit() else time.time() - partial.stat().st_mtime > 3600
+            if gone:
+                partial.unlink()
+        except OSError:
+            continue
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _open_problem(root: Path) -> str | None:

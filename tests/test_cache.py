@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,7 @@ def test_new_cache_dir_is_private(tmp_path: Path) -> None:
 
 CONCURRENT_SCRIPT = """
 import sys
+import time
 from pathlib import Path
 import torch
 from pytest_aoti import PackageCache, compile_model
@@ -317,3 +319,38 @@ def test_repeated_debug_run_loads_its_debug_packages(
     repro = subprocess.run([sys.executable, minified.group(1)], cwd=tmp_path, capture_output=True, text=True)
     assert repro.returncode == 1, repro.stdout + repro.stderr
     assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
+
+
+def test_a_cache_that_cannot_store_warns_once_and_goes_on(tmp_path: Path, built_package: Path) -> None:
+    """Storing fails mid-run (here every shard dir is taken by a file, so mkdir and the lock fail with real
+    OSErrors, as a full or read-only disk makes them fail): one warning, then the built package is used as is."""
+    cache = PackageCache.open(tmp_path / "cache", max_bytes=1 << 30)
+    assert cache is not None
+    for shard in range(256):
+        (tmp_path / "cache" / f"{shard:02x}").write_text("")
+    with pytest.warns(
+        AOTICacheWarning, match=r"cannot store packages \(File exists\); going on without storing"
+    ) as seen:
+        for key in ("a" * 64, "b" * 64):
+            with cache.locked(key):
+                assert cache.lookup(key) is None
+                assert cache.store(key, built_package, compile_seconds=1.0) == built_package
+    assert len([w for w in seen if issubclass(w.category, AOTICacheWarning)]) == 1
+    assert built_package.is_file()
+
+
+def test_partial_writes_of_a_killed_writer_are_reclaimed(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    assert PackageCache.open(cache_dir, max_bytes=1 << 30) is not None
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    shard = cache_dir / "ab"
+    shard.mkdir()
+    dead = shard / f".partial-{finished.pid}-x1"
+    alive = shard / f".partial-{os.getpid()}-x2"
+    old, new = shard / ".partial-x3", shard / ".partial-x4"  # no pid: by age
+    for path in (dead, alive, old, new):
+        path.write_bytes(b"half a package")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert PackageCache.open(cache_dir, max_bytes=1 << 30) is not None
+    assert sorted(p.name for p in shard.iterdir()) == sorted([alive.name, new.name])
