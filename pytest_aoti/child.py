@@ -29,8 +29,10 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti import processes
 from pytest_aoti.child_args import strip_parent_only
 from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
+from pytest_aoti.processes import signal_group, signal_name
 
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
 NODEID_ENV = "PYTEST_AOTI_NODEID"
@@ -189,11 +191,11 @@ def _terminate_child_on_exit(process: subprocess.Popen[bytes]) -> Iterator[None]
     try:
         yield
     except KeyboardInterrupt:
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         process.wait()
         raise
     except _Terminated:
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         process.wait()
         pytest.exit("SIGTERM: pytest-aoti ended the isolated child and stops the session", returncode=143)
     finally:
@@ -388,7 +390,7 @@ class HeldChild:
             return
         self._done = True
         # It has run nothing of the test's yet: nothing of it is worth a graceful end.
-        _signal_group(self._process.pid, signal.SIGKILL)
+        signal_group(self._process.pid, signal.SIGKILL)
         self._process.wait()
         shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
         for leftover in (self._launch.log_path, self._launch.report_path, self._launch.phase_path):
@@ -415,14 +417,8 @@ def run_process(
 
 def _spawn(command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log:  # the child holds its own copy of the descriptor
-        return subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        return processes.start(
+            command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
 
 
@@ -433,35 +429,21 @@ def _wait(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, bool]:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _signal_group(process.pid, signal.SIGABRT)
+            signal_group(process.pid, signal.SIGABRT)
             try:
                 process.wait(timeout=_KILL_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait()
     # Compile workers the child started must not outlive it.
-    _signal_group(process.pid, signal.SIGKILL)
+    signal_group(process.pid, signal.SIGKILL)
     return process.returncode, timed_out
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal_name(returncode: int | None) -> str | None:
     if returncode is None or returncode >= 0:
         return None
     return signal_name(-returncode)
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestReport], list[dict[str, Any]]]:

@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti import processes
+from pytest_aoti.processes import die_with_parent, signal_group
+
 DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
 
 RESULT_FILE = "minify.json"
@@ -81,7 +84,7 @@ def serve_judges() -> int:
     """``--judge-server``: import torch and Inductor once, then fork one judge per candidate directory read from
     stdin. For each, print the judge's pid, then its exit status (negative: the signal that ended it). A judge dies
     with the server, and the server with the minify process that started it."""
-    _die_with_parent()
+    die_with_parent()
     # What every judge's compile imports: done once, here.
     import torch._inductor.codegen.cpp_wrapper_cpu
     import torch._inductor.compile_fx
@@ -92,7 +95,7 @@ def serve_judges() -> int:
         pid = os.fork()
         if pid == 0:  # the judge: its own process group (a timeout ends it and its compile workers), its own log
             os.setsid()
-            _die_with_parent()
+            die_with_parent()
             log = os.open(candidate / "judge.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(log, 1)
             os.dup2(log, 2)
@@ -109,18 +112,6 @@ def serve_judges() -> int:
     return 0
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when its parent ends (Linux's PR_SET_PDEATHSIG): a judge must not outlive the search
-    that wanted its verdict, even when that search is killed at its own timeout."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # it ended before the request took effect
-        os._exit(1)
-
-
 class _JudgeServer:
     """The minify side of ``--judge-server``. Saves each judge the ~3 s of importing torch and Inductor (the server
     imports while the search loads the bundle and runs its eager pass). Linux and CPU graphs only: a forked process
@@ -128,7 +119,7 @@ class _JudgeServer:
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         with open(log_path, "w") as log:
-            self.process = subprocess.Popen(
+            self.process = processes.start(
                 [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge-server"],
                 env=env,
                 stdin=subprocess.PIPE,
@@ -149,7 +140,7 @@ class _JudgeServer:
         try:
             status = int(self._line(deadline))
         except subprocess.TimeoutExpired:
-            _kill_group(pid)
+            signal_group(pid, signal.SIGKILL)
             self._line(time.monotonic() + 30)  # the server reaps it
             raise
         return status, time.monotonic() - forked
@@ -168,13 +159,6 @@ class _JudgeServer:
         """End the server (a judge it still runs dies with it)."""
         self.process.kill()
         self.process.wait()
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _on_cpu_only(module: Any, inputs: list[Any]) -> bool:
@@ -309,15 +293,14 @@ class Search:
             return self.server.judge(candidate, timeout)
         started = time.monotonic()
         with open(candidate / "judge.log", "w") as log:
-            done = subprocess.run(
+            returncode = processes.run(
                 [sys.executable, "-u", "-m", "pytest_aoti.minify", "--judge", str(candidate)],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 timeout=timeout,
-                start_new_session=True,
             )
-        return done.returncode, time.monotonic() - started
+        return returncode, time.monotonic() - started
 
     def fails(self, module: Any, inputs: Any) -> bool:
         if self.max_candidates is not None and self.judged >= self.max_candidates:
@@ -376,12 +359,11 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
             # up to the crash survive on disk.
             values = search.workdir / "values"
             with open(search.workdir / "values.log", "w") as log:
-                subprocess.run(
+                processes.run(
                     [sys.executable, "-u", "-m", "pytest_aoti.minify", str(bundle), "--values", str(values)],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     timeout=max(budget, 60.0),
-                    start_new_session=True,
                 )
             fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
         smallest = _search(search, flat_module, flat_inputs, result)

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from pytest_aoti import phases
-from pytest_aoti.child import ChildRun, replay_warning, run_child, signal_name
+from pytest_aoti.child import ChildRun, replay_warning, run_child
 from pytest_aoti.debug import Verdict, debug_rerun, not_rerun_reason
 from pytest_aoti.errors import failure_kind
+from pytest_aoti.processes import signal_name
 from pytest_aoti.reporting import (
     SECTION_TITLE,
     isolated_reports,

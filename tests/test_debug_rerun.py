@@ -292,8 +292,10 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     assert "INTERNALERROR" not in text
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "kill -9"])
 def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pytester, sig: signal.Signals) -> None:
+    """The child sleeps for an hour: only the parent's signal can end it before the test's deadlines, which are
+    minutes long so that a busy machine cannot fail the test (the child's pid file, the parent's exit)."""
     pid_file = pytester.path / "child.pid"
     pytester.makepyfile(
         test_user=f"""
@@ -305,7 +307,7 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         def test_hangs():
             with open({str(pid_file)!r}, "w") as stream:
                 stream.write(str(os.getpid()))
-            time.sleep(300)
+            time.sleep(3600)
         """
     )
     basetemp = pytester.path / "basetemp"
@@ -313,18 +315,25 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", f"--basetemp={basetemp}"],
         stdin=pytester.CLOSE_STDIN,
     )
-    deadline = time.monotonic() + 120
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline, "the isolated child never started"
-        time.sleep(0.2)
-    child_pid = int(pid_file.read_text())
-    parent.send_signal(sig)
-    assert parent.wait(timeout=60) == (143 if sig == signal.SIGTERM else pytest.ExitCode.INTERRUPTED)
-    deadline = time.monotonic() + 10
-    while _alive(child_pid):
-        assert time.monotonic() < deadline, "the child outlived its parent"
-        time.sleep(0.1)
-    assert not list(basetemp.rglob("tmp-*")), "the child's TMPDIR was left behind"
+    try:
+        deadline = time.monotonic() + 300
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "the isolated child never started"
+            time.sleep(0.2)
+        child_pid = int(pid_file.read_text())
+        parent.send_signal(sig)
+        expected = {signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}.get(sig, pytest.ExitCode.INTERRUPTED)
+        assert parent.wait(timeout=300) == expected
+        deadline = time.monotonic() + 300
+        while _alive(child_pid):
+            assert time.monotonic() < deadline, "the child outlived its parent"
+            time.sleep(0.1)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    if sig != signal.SIGKILL:  # a killed parent cleans nothing; pytest's basetemp retention does, later
+        assert not list(basetemp.rglob("tmp-*")), "the child's TMPDIR was left behind"
 
 
 def _alive(pid: int) -> bool:
