@@ -57,7 +57,14 @@ with tempfile.TemporaryDirectory() as build:
     package = torch._inductor.aoti_compile_and_package(
         program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
     )
+    # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
+    tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = build
     runner = torch._inductor.aoti_load_package(package)
+    if tmpdir is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = tmpdir
     outputs = runner(*inputs["args"], **inputs["kwargs"])
     if any(t.is_cuda for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)):
         torch.cuda.synchronize()
@@ -79,7 +86,7 @@ print(
 
 
 def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
-    """The modules defining the non-aten ops the graph calls, with the directory to import each from."""
+    """The modules defining the non-aten ops the graph calls, each with the directory to import it from."""
     from pytest_aoti.cache import custom_op_function, custom_op_names
 
     modules: dict[str, str] = {}
@@ -87,8 +94,27 @@ def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
         module = sys.modules.get(getattr(custom_op_function(name), "__module__", ""), None)
         path = getattr(module, "__file__", None)
         if module is not None and path:
-            modules[module.__name__] = str(Path(path).resolve().parent)
+            importable, root = import_root(module.__name__, Path(path))
+            modules[importable] = str(root)
     return [{"module": name, "path": path} for name, path in modules.items()]
+
+
+def import_root(module: str, file: Path) -> tuple[str, Path]:
+    """How a fresh interpreter imports ``module`` (defined in ``file``): its dotted name and the directory to put
+    on ``sys.path``. ``tests.ops`` in ``/proj/tests/ops.py`` is imported from ``/proj``; a name that does not mirror
+    the directories (pytest's importlib mode makes such names) is imported by its file's stem from its directory."""
+    file = file.resolve()
+    parts = module.split(".")
+    package_depth = len(parts) if file.name == "__init__.py" else len(parts) - 1
+    root = file.parent
+    for _ in range(package_depth):
+        root = root.parent
+    expected = root.joinpath(*parts)
+    if expected.with_suffix(".py") == file or expected / "__init__.py" == file:
+        return module, root
+    if file.name == "__init__.py":
+        return file.parent.name, file.parent.parent
+    return file.stem, file.parent
 
 
 def _versions() -> dict[str, Any]:
@@ -134,9 +160,10 @@ def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[st
     torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, bundle / "inputs.pt")
 
 
-def custom_op_modules(bundle: Path) -> list[str]:
-    """The modules ``repro.py`` imports (the custom ops the graph calls), as recorded in the bundle."""
+def custom_op_modules(bundle: Path) -> list[tuple[str, str]]:
+    """The modules ``repro.py`` imports (the custom ops the graph calls) and the directory each is imported from,
+    as recorded in the bundle."""
     try:
-        return [entry["module"] for entry in json.loads((bundle / "custom_ops.json").read_text())]
+        return [(entry["module"], entry["path"]) for entry in json.loads((bundle / "custom_ops.json").read_text())]
     except (OSError, ValueError, KeyError, TypeError):
         return []

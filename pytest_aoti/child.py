@@ -90,6 +90,17 @@ class ChildRun:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
         return f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.command)}"
 
+    @property
+    def failure(self) -> str | None:
+        """The kind of failure this run had: a ``FailureKind`` its report carried, ``crash`` or ``timeout``; None
+        when it did not fail."""
+        if self.outcome == "crashed":
+            return "crash"
+        if self.outcome == "timed out":
+            return "timeout"
+        failed = [report for report in self.reports if report.failed]
+        return getattr(failed[0], "aoti_failure_kind", None) or "other" if failed else None
+
     def describe(self) -> str:
         if self.outcome == "crashed":
             return f"crashed with {self.signal_name}"

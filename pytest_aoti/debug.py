@@ -78,6 +78,7 @@ class Verdict:
     numerics: dict[str, Any] | None = None  # pytest_aoti.numerics.Finding, as the child wrote it
     minified: dict[str, Any] | None = None  # pytest_aoti.minify's result (minify.json)
     minify_log: Path | None = None
+    test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
 
     @property
     def reproduced(self) -> bool:
@@ -90,6 +91,13 @@ class Verdict:
     @property
     def suspect_kernel(self) -> str | None:
         return self.died_in or self.last_completed
+
+
+def failure_if_different(original: str | None, first: ChildRun | None) -> str | None:
+    """The test's own kind of failure when the rerun's first stage failed another way (a fixture a child cannot
+    find, another exception), None otherwise: such a verdict explains the rerun's failure, not the test's."""
+    rerun = first.failure if first is not None else None
+    return original if original is not None and rerun is not None and rerun != original else None
 
 
 def kernels_env(extra: Mapping[str, str]) -> dict[str, str]:

@@ -7,8 +7,10 @@ their worker) lives in :class:`XdistController`, registered only where pytest-xd
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Generator
@@ -20,7 +22,7 @@ import pytest
 
 from pytest_aoti import phases
 from pytest_aoti.child import ChildRun, replay_warning, run_child
-from pytest_aoti.debug import Verdict, debug_rerun, not_rerun_reason
+from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different, not_rerun_reason
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
 from pytest_aoti.reporting import (
@@ -45,8 +47,10 @@ def children_dir(config: pytest.Config) -> Path:
         factory = getattr(config, "_tmp_path_factory", None)
         if factory is not None:
             config.stash[children_dir_key] = factory.mktemp("aoti-children", numbered=False)
-        else:  # -p no:tmpdir
-            config.stash[children_dir_key] = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
+        else:  # -p no:tmpdir: the user keeps no temp files; the header says logs and bundles go at the end
+            path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
+            config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
+            config.stash[children_dir_key] = path
     return config.stash[children_dir_key]
 
 
@@ -70,6 +74,7 @@ def attach_debug(
     failure: str | None,
     isolated_run: ChildRun | None = None,
     reached_aoti: bool = True,
+    crashed: bool = False,
 ) -> list[tuple[str, object]]:
     """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
     report. ``reached_aoti``: whether the test announced any pytest-aoti phase (export, compile, load, run) before
@@ -97,6 +102,10 @@ def attach_debug(
             minify_budget=request.minify_budget,
             minify_max_candidates=request.minify_max_candidates,
         )
+        # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
+        # failure, not the test's: the verdict says so.
+        original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
+        verdict.test_failure = failure_if_different(original, verdict.first)
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
     report.user_properties = [*report.user_properties, *properties]
@@ -309,7 +318,7 @@ class XdistController:
             }
         )
         self.crash_properties[crashitem] = attach_debug(
-            self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None
+            self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None, crashed=True
         )
 
     @pytest.hookimpl(optionalhook=True)

@@ -162,6 +162,8 @@ def headline(verdict: Verdict) -> str:
         # AOTI's generic wrapper error says nothing; the logs said what happened.
         described = f"{first.outcome}: {cause}"
     parts = [described]
+    if verdict.test_failure is not None:
+        parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     if verdict.died_in:
         parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch)")
     elif verdict.last_completed and first.outcome == "crashed":
@@ -185,6 +187,12 @@ def headline(verdict: Verdict) -> str:
     if verdict.numerics is not None:
         parts.append(divergence(verdict.numerics))
     return "; ".join(parts)
+
+
+def _failure_text(kind: str) -> str:
+    if kind in ("crash", "timeout"):
+        return f"it had a {kind}"
+    return f"it failed with a {kind.replace('_', ' ')} error"
 
 
 def _stage_line(run: ChildRun) -> str:
@@ -284,7 +292,14 @@ def _needs(verdict: Verdict) -> str:
     modules = custom_op_modules(verdict.bundle) if verdict.bundle is not None else []
     if not modules:
         return "needs only torch"
-    return "needs importable: " + ", ".join(modules) + " (the custom ops the graph calls)"
+    roots = sorted({root for _, root in modules})
+    return (
+        "needs importable: "
+        + ", ".join(module for module, _ in modules)
+        + " (the custom ops the graph calls; repro.py imports them from "
+        + ", ".join(roots)
+        + ": elsewhere, put that on PYTHONPATH)"
+    )
 
 
 def verdict_record(verdict: Verdict) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest
+from tests.conftest import RunPytest, left_behind
 
 torch = pytest.importorskip("torch")
 
@@ -277,7 +277,7 @@ def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester,
 
 
 def test_repeated_debug_run_loads_its_debug_packages(
-    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, watched_tmpdir: Path
 ) -> None:
     """Both debug stages of a NaN made inside a compiled kernel, then the same run again: every package a hit (the
     shared cache: other tests may have compiled some of them already, which is the point)."""
@@ -319,6 +319,7 @@ def test_repeated_debug_run_loads_its_debug_packages(
     repro = subprocess.run([sys.executable, minified.group(1)], cwd=tmp_path, capture_output=True, text=True)
     assert repro.returncode == 1, repro.stdout + repro.stderr
     assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
+    assert left_behind(watched_tmpdir) == []  # the runs' children, minify's judges, repro.py
 
 
 def test_a_cache_that_cannot_store_warns_once_and_goes_on(tmp_path: Path, built_package: Path) -> None:

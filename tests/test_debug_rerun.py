@@ -42,14 +42,18 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
 ) -> None:
     """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit holds every test once: the
-    crashed one as an error carrying its aoti_* properties."""
+    crashed one as an error carrying its aoti_* properties. The custom op is defined in a package
+    (``suite.aoti_models``): the bundle imports it from the package's root."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
-    (pytester.path / "tests").mkdir()
-    (pytester.path / "tests" / "test_user.py").write_text(CRASH_TESTS)
-    (pytester.path / "tests" / "aoti_models.py").write_text(MODELS_SOURCE)
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "__init__.py").write_text("")
+    (pytester.path / "suite" / "test_user.py").write_text(
+        CRASH_TESTS.replace("from aoti_models import", "from suite.aoti_models import")
+    )
+    (pytester.path / "suite" / "aoti_models.py").write_text(MODELS_SOURCE)
     (pytester.path / "sub").mkdir()
     result = run_pytest(
-        "../tests",
+        "../suite",
         "-n",
         "2",
         "--aoti-debug",
@@ -65,7 +69,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     # A crashed worker, two crashed debug children and the compiles leave nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
     text = result.stdout.str()
-    assert "crashed while running 'tests/test_user.py::test_crash'" in text
+    assert "crashed while running 'suite/test_user.py::test_crash'" in text
     assert f"verdict: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH} completed" in text
     assert "stage kernels (printer=3): crashed with SIGSEGV" in text
     assert f"stage tensors (printer=2 filtered to {KERNEL_OF_THE_CRASH}): crashed with SIGSEGV" in text
@@ -78,9 +82,9 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         "CUDA_LAUNCH_BLOCKING=1",
         "AOTI_RUNTIME_CHECK_INPUTS=1",
         "TORCHINDUCTOR_NAN_ASSERTS=1",
-        "PYTEST_AOTI_NODEID=tests/test_user.py::test_crash",
+        "PYTEST_AOTI_NODEID=suite/test_user.py::test_crash",
         "-m pytest",
-        "../tests --aoti-debug",
+        "../suite --aoti-debug",
         "--capture=no",
     ):
         assert part in reproduce.group(1)
@@ -88,7 +92,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     for parent_only in ("-n 2", "--junitxml", "-n 0"):
         assert parent_only not in reproduce.group(1)
     result.stdout.fnmatch_lines(
-        ["*= aoti =*", f"tests/test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"]
+        ["*= aoti =*", f"suite/test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"]
     )
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after"}
@@ -109,7 +113,10 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
 
     # The repro bundle reproduces the crash without pytest and without the test file, from a clean directory.
     bundle = Path(str(properties["aoti_bundle"]))
-    assert f"repro bundle: {bundle} (python repro.py: needs importable: aoti_models" in text
+    assert (
+        f"repro bundle: {bundle} (python repro.py: needs importable: suite.aoti_models (the custom ops the graph "
+        f"calls; repro.py imports them from {pytester.path.resolve()}: elsewhere, put that on PYTHONPATH))"
+    ) in text
     assert {"exported_program.pt2", "inputs.pt", "package.pt2", "env.json", "versions.json", "kernels.log"} <= {
         path.name for path in bundle.iterdir()
     }

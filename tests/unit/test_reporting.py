@@ -189,3 +189,19 @@ def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_
 
     config = SimpleNamespace(rootpath=tmp_path / "elsewhere")
     assert _test_path(config, "../tests/test_x.py::TestA::test_b[a::b]") == tmp_path / "tests" / "test_x.py"  # type: ignore[arg-type]
+
+
+def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    from pytest_aoti.debug import failure_if_different
+
+    reports = _reports(pytester, "def test_needs(scale): pass")  # a fixture only the parent had
+    errored = _run(tmp_path, "kernels", "error", reports=[r for r in reports if r.when == "setup"])
+    assert errored.failure == "other"
+    crashed = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV")
+    assert failure_if_different("mismatch", errored) == "mismatch"
+    assert failure_if_different("crash", crashed) is None
+    assert failure_if_different(None, errored) is None
+    verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
+    assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)
