@@ -3,9 +3,11 @@ is a clear error under xdist too (raised in a worker, it used to be an INTERNALE
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import RunPytest
+from tests.conftest import RunPytest, left_behind
 
 
 def test_loading_the_plugin_does_not_import_torch(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -52,3 +54,40 @@ def test_strict_markers_accept_the_aoti_markers(pytester: pytest.Pytester, run_p
         """
     )
     run_pytest("--strict-markers").assert_outcomes(passed=1)
+
+
+ISOLATED_LIGHT = """
+import pytest
+
+@pytest.mark.aoti_isolate
+def test_fails():
+    assert 1 == 2
+
+@pytest.mark.aoti_isolate
+def test_prints():
+    print("OUTPUT-OF-THE-CHILD")
+"""
+
+
+def test_pytest_options_behave_with_isolated_tests_as_without_the_plugin(
+    pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
+) -> None:
+    """Isolated tests (a child each, no torch) under options that change what pytest runs or keeps."""
+    pytester.makepyfile(test_user=ISOLATED_LIGHT)
+    # -p no:tmpdir: the children's logs live in a temp dir of their own, removed at the end (the header says so).
+    no_tmpdir = run_pytest("-p", "no:tmpdir", "--aoti-isolate")
+    no_tmpdir.assert_outcomes(passed=1, failed=1)
+    assert "-p no:tmpdir: child logs and repro bundles are removed at the end of the run" in no_tmpdir.stdout.str()
+    assert left_behind(watched_tmpdir) == []
+    # --lf with nothing failed before and --lfnf=none: nothing runs, no child is asked for a test it cannot find.
+    none_failed = run_pytest("--lf", "--lfnf=none", "--aoti-isolate", "-p", "cacheprovider")
+    assert none_failed.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    none_failed.stdout.fnmatch_lines(["*2 deselected*"])
+    # --setup-plan only shows the fixtures: no child.
+    plan = run_pytest("--setup-plan", "--aoti-isolate")
+    assert plan.ret == pytest.ExitCode.OK
+    assert "ran in a fresh subprocess" not in plan.stdout.str()
+    # -s shows what the isolated test printed.
+    shown = run_pytest("-s", "--aoti-isolate", "-k", "prints")
+    shown.assert_outcomes(passed=1)
+    assert "OUTPUT-OF-THE-CHILD" in shown.stdout.str()
