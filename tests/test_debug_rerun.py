@@ -318,9 +318,14 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         """
     )
     basetemp = pytester.path / "basetemp"
+    output = (pytester.path / "parent.log").open("wb")
     parent = pytester.popen(
         [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", f"--basetemp={basetemp}"],
         stdin=pytester.CLOSE_STDIN,
+        stdout=output,  # a file: a pipe nobody reads would block the parent's summary
+        stderr=subprocess.STDOUT,
+        # As from a terminal, whatever this xdist worker's own signal state: Ctrl-C delivered, default handlers.
+        preexec_fn=_terminal_signals,
     )
     try:
         deadline = time.monotonic() + 300
@@ -330,7 +335,10 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         child_pid = int(pid_file.read_text())
         parent.send_signal(sig)
         expected = {signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}.get(sig, pytest.ExitCode.INTERRUPTED)
-        assert parent.wait(timeout=300) == expected
+        try:
+            assert parent.wait(timeout=300) == expected
+        except subprocess.TimeoutExpired:
+            pytest.fail("the parent ignored the signal:\n" + (pytester.path / "parent.log").read_text()[-5000:])
         deadline = time.monotonic() + 300
         while _alive(child_pid):
             assert time.monotonic() < deadline, "the child outlived its parent"
@@ -339,8 +347,14 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+        output.close()
     if sig != signal.SIGKILL:  # a killed parent cleans nothing; pytest's basetemp retention does, later
         assert not list(basetemp.rglob("tmp-*")), "the child's TMPDIR was left behind"
+
+
+def _terminal_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _alive(pid: int) -> bool:
