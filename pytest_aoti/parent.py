@@ -300,6 +300,10 @@ class XdistController:
         report.when = "setup" if in_setup else "call"
         report.longrepr = f"{report.longrepr} ({how}{', in setup' if in_setup else ''})"
         report.aoti_crashed = True  # type: ignore[attr-defined]
+        # xdist counts its workers' reports toward -x/--maxfail, but not the crash reports it makes itself.
+        count_failure = getattr(self.config.pluginmanager.getplugin("dsession"), "_handlefailures", None)
+        if count_failure is not None:
+            count_failure(report)
         if self.supervising and in_setup and self.crashed_in_setup_last:
             self.stop_reason = (
                 f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "

@@ -125,3 +125,75 @@ def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunP
     assert pasted.returncode in (-11, 139), pasted.stdout[-3000:] + pasted.stderr[-3000:]
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in pasted.stdout + pasted.stderr
     assert (_digest(pytester.path / "r.xml"), _digest(pytester.path / "log.jsonl")) == before
+
+
+PLAIN_CRASHES = """
+import os
+import signal
+
+import pytest
+
+
+def test_bus_error():
+    os.kill(os.getpid(), signal.SIGBUS)
+
+
+def test_healthy():
+    pass
+
+
+def test_illegal_instruction():
+    os.kill(os.getpid(), signal.SIGILL)
+"""
+
+CRASHING_SESSION_FIXTURE = """
+import os
+import signal
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def broken():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_one(broken):
+    pass
+
+
+def test_two(broken):
+    pass
+
+
+def test_three(broken):
+    pass
+"""
+
+
+def test_what_users_combine_with_the_crash_guard(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """Under plain ``--aoti-debug`` (one supervised xdist worker): a crash counts toward ``-x``/``--maxfail``,
+    ``--lf`` reruns the crashed tests, ``--durations`` and ``-k`` work, and a crash in a session fixture or during
+    collection stops the run once instead of crashing every later test. (No compile: plain tests that crash.)"""
+    pytester.makepyfile(test_crashes=PLAIN_CRASHES)
+    every = run_pytest("--aoti-debug", "-p", "cacheprovider", "--durations=2")
+    every.assert_outcomes(passed=1, failed=2)
+    every.stdout.fnmatch_lines(["*crashed with SIGBUS*", "*crashed with SIGILL*", "*slowest 2 durations*"])
+    stopped = run_pytest("--aoti-debug", "-x")
+    stopped.assert_outcomes(failed=1)
+    stopped.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+    last_failed = run_pytest("--aoti-debug", "-p", "cacheprovider", "--lf")
+    last_failed.assert_outcomes(failed=2)
+    selected = run_pytest("--aoti-debug", "-k", "healthy")
+    selected.assert_outcomes(passed=1)
+
+    pytester.makepyfile(test_crashes=CRASHING_SESSION_FIXTURE)
+    fixture = run_pytest("--aoti-debug")
+    assert fixture.ret == pytest.ExitCode.INTERRUPTED
+    fixture.assert_outcomes(errors=2)  # the second crash in setup in a row stops the run
+    assert "crashed in setup right after another test did" in fixture.stdout.str()
+
+    pytester.makepyfile(test_crashes="import os\nos._exit(7)\n\ndef test_never():\n    pass\n")
+    collection = run_pytest("--aoti-debug")
+    assert collection.ret == pytest.ExitCode.INTERRUPTED
+    assert "ended while collecting (exited with code 7)" in collection.stdout.str()
