@@ -200,6 +200,13 @@ def dynamic_inputs(
     unknown = [f for f in fills if f not in FILLS]
     if unknown or not fills:
         raise ValueError(f"dynamic_inputs: fills= expected a non-empty subset of {FILLS}, got {tuple(fills)!r}")
+    # Checked here, where the test calls it, not at the first draw.
+    _positive_int(unbounded_span, "dynamic_inputs: unbounded_span")
+    _positive_int(max_elements, "dynamic_inputs: max_elements")
+    if not hasattr(compiled, "spec") or not hasattr(compiled, "exported_program"):
+        raise TypeError(
+            f"dynamic_inputs: expected the CompiledModel aoti_compile returned, got {type(compiled).__name__}"
+        )
     spec = compiled.spec
     in_spec = compiled.exported_program.call_spec.in_spec
 

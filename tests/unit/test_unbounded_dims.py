@@ -122,3 +122,14 @@ def test_bad_caps_are_refused() -> None:
         with pytest.raises(ValueError, match=r"unbounded_span= expected a positive int"):
             input_shapes(spec, unbounded_span=bad)  # type: ignore[arg-type]
     assert isinstance(spec.inputs[0], TensorSpec)
+
+
+def test_dynamic_inputs_refuses_bad_arguments_when_called() -> None:
+    from pytest_aoti.strategies import dynamic_inputs
+
+    with pytest.raises(ValueError, match=r"dynamic_inputs: max_elements= expected a positive int, got '1e6'"):
+        dynamic_inputs(object(), max_elements="1e6")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"dynamic_inputs: unbounded_span= expected a positive int, got True"):
+        dynamic_inputs(object(), unbounded_span=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"dynamic_inputs: expected the CompiledModel aoti_compile returned, got str"):
+        dynamic_inputs("model")  # type: ignore[arg-type]
