@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_aoti.compiler import CompiledModel
 
-BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 _RECORDED_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_", "CUDA_", "PYTORCH_")
 
 REPRO_SCRIPT = '''"""Reproduce a failure pytest-aoti debugged, without pytest: python repro.py

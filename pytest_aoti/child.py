@@ -31,15 +31,19 @@ import pytest
 
 from pytest_aoti import processes
 from pytest_aoti.child_args import strip_parent_only
-from pytest_aoti.phases import CHILD_ENV, PHASE_FILE_ENV, last_phase
+from pytest_aoti.phases import last_phase
 from pytest_aoti.processes import signal_group, signal_name
+from pytest_aoti.protocol import (
+    CHILD_ENV,
+    HOLD_FILE_ENV,
+    HOLD_UNTIL_ENV,
+    NODEID_ENV,
+    PHASE_FILE_ENV,
+    REPORT_FILE_ENV,
+    TEST_PATH_ENV,
+)
 
-REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
-NODEID_ENV = "PYTEST_AOTI_NODEID"
-TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
 # A held child (HeldChild) waits for this file before it collects; it gives up at HOLD_UNTIL_ENV (epoch seconds).
-HOLD_FILE_ENV = "PYTEST_AOTI_HOLD_FILE"
-HOLD_UNTIL_ENV = "PYTEST_AOTI_HOLD_UNTIL"
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.child import HOLD_FILE_ENV, HOLD_UNTIL_ENV, write_report, write_warning
+from pytest_aoti.child import write_report, write_warning
 from pytest_aoti.errors import failure_kind
-from pytest_aoti.phases import CHILD_ENV
+from pytest_aoti.protocol import CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV
 
 
 class ChildSession:

@@ -24,12 +24,12 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
-from pytest_aoti.bundle import BUNDLE_ENV, write_call
+from pytest_aoti.bundle import write_call
 from pytest_aoti.cache import PackageCache
-from pytest_aoti.debug import NUMERICS_ENV
 from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
 from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
 from pytest_aoti.numerics import Capture
+from pytest_aoti.protocol import BUNDLE_ENV, NUMERICS_ENV
 
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from pytest_aoti import kernel_log
-from pytest_aoti.bundle import BUNDLE_ENV
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
+from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -51,8 +51,6 @@ FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
 # only: the config entry each one sets.
 IMPORT_TIME_KNOBS = {FILTER_ENV: ("aot_inductor", "filtered_kernel_names")}
 # Stage numerics: every kernel's arguments saved before and after its launch, and the kernel -> graph node map.
-NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
-NUMERICS_FINDING = "numerics.json"
 
 
 @dataclass
@@ -334,7 +332,7 @@ def _minify(
         shutil.rmtree(tmpdir, ignore_errors=True)
     verdict.minify_log = log_path
     try:
-        verdict.minified = json.loads((bundle / "minified" / "minify.json").read_text())
+        verdict.minified = json.loads((bundle / "minified" / MINIFY_RESULT).read_text())
     except (OSError, ValueError):
         how = "timed out" if timed_out else f"exited with {returncode}"
         verdict.notes.append(f"stage minify {how} without a result (log: {log_path})")

@@ -34,10 +34,10 @@ from typing import Any
 
 from pytest_aoti import processes
 from pytest_aoti.processes import die_with_parent, signal_group
+from pytest_aoti.protocol import MINIFY_RESULT
 
 DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
 
-RESULT_FILE = "minify.json"
 _EXIT_NONFINITE = 10
 _EXIT_RUN_ERROR = 11
 _EXIT_NOT_RUN = 12  # export, compile or load failed: not the failure being minified
@@ -383,7 +383,7 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
     )
     shutil.rmtree(search.workdir, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    (out / MINIFY_RESULT).write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -41,7 +41,7 @@ from torch.export import ExportedProgram
 from torch.testing._comparison import default_tolerances
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_aoti.debug import NUMERICS_FINDING
+from pytest_aoti.protocol import NUMERICS_FINDING
 
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
 _SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import re
 
-CHILD_ENV = "PYTEST_AOTI_CHILD"
-PHASE_FILE_ENV = "PYTEST_AOTI_PHASE_FILE"
+from pytest_aoti.protocol import CHILD_ENV, PHASE_FILE_ENV
+
 _PREFIX = "[pytest-aoti] phase: "
 _PHASE_LINE = re.compile(r"^\[pytest-aoti\] phase: (?P<phase>\w+)(?: (?P<detail>.*))?$", re.MULTILINE)
 # The last phase this process announced since forget(): whether the current test got as far as pytest-aoti at all.

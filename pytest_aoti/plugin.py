@@ -15,8 +15,7 @@ import pytest
 
 from pytest_aoti import fixtures
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.child import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
-from pytest_aoti.phases import CHILD_ENV
+from pytest_aoti.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
 from pytest_aoti.torch_logs import quiet_torch_trace
 

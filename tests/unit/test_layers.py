@@ -1,0 +1,40 @@
+"""The import graph points down: the plain-Python core (export, compile, load, checks, cache) loads neither pytest nor
+the debug orchestration, and the boundary's names load nothing at all. Each import in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ORCHESTRATION = (
+    "pytest_aoti.debug",
+    "pytest_aoti.child",
+    "pytest_aoti.parent",
+    "pytest_aoti.plugin",
+    "pytest_aoti.reporting",
+    "pytest_aoti.settings",
+    "pytest_aoti.minify",
+    "pytest_aoti.child_session",
+)
+
+
+def _loaded_after(module: str) -> set[str]:
+    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("core", ["pytest_aoti.compiler", "pytest_aoti.cache", "pytest_aoti.invariants"])
+def test_the_core_loads_neither_pytest_nor_the_debug_orchestration(core: str) -> None:
+    loaded = _loaded_after(core)
+    assert "pytest" not in loaded and "_pytest" not in loaded
+    assert not loaded & set(ORCHESTRATION), sorted(loaded & set(ORCHESTRATION))
+
+
+@pytest.mark.parametrize("light", ["pytest_aoti.protocol", "pytest_aoti.processes"])
+def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
+    loaded = _loaded_after(light)
+    assert not {"torch", "pytest", "_pytest"} & loaded
