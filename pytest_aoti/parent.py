@@ -106,6 +106,7 @@ def attach_debug(
         # failure, not the test's: the verdict says so.
         original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
         verdict.test_failure = failure_if_different(original, verdict.first)
+    config.hook.pytest_aoti_verdict(config=config, nodeid=report.nodeid, verdict=verdict)
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
     report.user_properties = [*report.user_properties, *properties]

@@ -26,6 +26,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     aoti_settings.add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_aoti import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     if os.environ.get(CHILD_ENV):

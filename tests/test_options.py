@@ -3,6 +3,7 @@ is a clear error under xdist too (raised in a worker, it used to be an INTERNALE
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,46 @@ def test_pytest_options_behave_with_isolated_tests_as_without_the_plugin(
     shown = run_pytest("-s", "--aoti-isolate", "-k", "prints")
     shown.assert_outcomes(passed=1)
     assert "OUTPUT-OF-THE-CHILD" in shown.stdout.str()
+
+
+VERDICT_HOOK_CONFTEST = """
+import json
+
+
+def pytest_aoti_verdict(config, nodeid, verdict):
+    first = verdict.first
+    record = {"nodeid": nodeid, "first": first.outcome if first else None, "not_rerun": verdict.not_rerun}
+    with open(config.rootpath / "verdicts.jsonl", "a") as stream:
+        stream.write(json.dumps(record) + "\\n")
+"""
+
+VERDICT_HOOK_TESTS = """
+import os
+import signal
+
+import pytest
+
+
+@pytest.mark.aoti_ima
+def test_fails():
+    assert 1 == 2
+
+
+@pytest.mark.aoti_ima
+def test_crashes():
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def test_the_verdict_hook_sees_every_verdict(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """``pytest_aoti_verdict`` in a conftest, under plain ``--aoti-debug``: the failure's verdict is made in the xdist
+    worker, the crash's in the controller; both reach the hook once."""
+    pytester.makeconftest(VERDICT_HOOK_CONFTEST)
+    pytester.makepyfile(test_user=VERDICT_HOOK_TESTS)
+    result = run_pytest("--aoti-debug")
+    result.assert_outcomes(failed=2)
+    records = [json.loads(line) for line in (pytester.path / "verdicts.jsonl").read_text().splitlines()]
+    assert sorted((r["nodeid"], r["first"]) for r in records) == [
+        ("test_user.py::test_crashes", "crashed"),
+        ("test_user.py::test_fails", "failed"),
+    ]
