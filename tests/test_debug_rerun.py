@@ -365,3 +365,57 @@ def _alive(pid: int) -> bool:
     # A zombie is gone for our purpose; /proc says which.
     status = Path(f"/proc/{pid}/status")
     return status.exists() and "\nState:\tZ" not in status.read_text()
+
+
+def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
+    """Plain ``--aoti-debug`` runs the tests in one xdist worker: a terminal's Ctrl-C (SIGINT to the whole
+    foreground process group) ends the run, the worker with it, and leaves nothing in the basetemp."""
+    pid_file = pytester.path / "worker.pid"
+    pytester.makepyfile(
+        test_user=f"""
+        import os
+        import time
+
+        def test_sleeps():
+            with open({str(pid_file)!r}, "w") as stream:
+                stream.write(str(os.getpid()))
+            time.sleep(3600)
+        """
+    )
+    basetemp = pytester.path / "basetemp"
+    with (pytester.path / "session.log").open("wb") as output:
+        session = pytester.popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *plugin_args(),
+                "-p",
+                "no:cacheprovider",
+                "--aoti-debug",
+                f"--basetemp={basetemp}",
+            ],
+            stdin=pytester.CLOSE_STDIN,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, as a terminal's foreground job
+            preexec_fn=_terminal_signals,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not pid_file.exists() or not pid_file.read_text():
+                assert session.poll() is None and time.monotonic() < deadline, "the worker never started the test"
+                time.sleep(0.2)
+            worker = int(pid_file.read_text())
+            os.killpg(session.pid, signal.SIGINT)
+            assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
+            deadline = time.monotonic() + 300
+            while _alive(worker):
+                assert time.monotonic() < deadline, "the worker outlived the session"
+                time.sleep(0.1)
+        finally:
+            if session.poll() is None:
+                os.killpg(session.pid, signal.SIGKILL)
+                session.wait()
+    assert "KeyboardInterrupt" in (pytester.path / "session.log").read_text()
+    assert not [path for path in basetemp.rglob("*") if path.is_file()]
