@@ -1,8 +1,8 @@
 """Hooks pytest-aoti calls, for conftests and other plugins (as pytest-xdist publishes its own in ``newhooks.py``).
 
-    def pytest_aoti_verdict(config, nodeid, verdict):
-        if verdict.suspect_kernel:
-            print(f"{nodeid}: {verdict.suspect_kernel}")
+def pytest_aoti_verdict(config, nodeid, verdict):
+    if verdict.suspect_kernel:
+        print(f"{nodeid}: {verdict.suspect_kernel}")
 """
 
 from __future__ import annotations

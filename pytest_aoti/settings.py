@@ -220,7 +220,8 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
     """How this session survives a crash when debug reruns are on (``--aoti-debug``, or tests marked ``aoti_ima``,
     which are only known after collection). ``--aoti-debug`` on a session xdist does not already distribute
     becomes one supervised xdist worker (xdist replaces a crashed worker and goes on; the controller debug-reruns
-    the crashed test); without xdist, tests that want a debug rerun run isolated. Plain pytest stays in-process."""
+    the crashed test); without xdist, or under ``-s``, tests that want a debug rerun run isolated. Plain pytest
+    stays in-process."""
     objects = _plugin_objects(config)
     debugger = _debugger_option(config)
     no_children = None
@@ -240,7 +241,13 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
         guard = CrashGuard.NONE  # no test runs
     elif settings.isolate:
         guard = CrashGuard.ISOLATE
-    elif settings.debug and xdist_available and getattr(option, "numprocesses", None) is None:
+    elif (
+        settings.debug
+        and xdist_available
+        and getattr(option, "numprocesses", None) is None
+        # xdist workers never show a test's output: under -s, isolated tests write theirs to the terminal.
+        and getattr(option, "capture", "fd") != "no"
+    ):
         guard = CrashGuard.ONE_WORKER
     else:
         guard = CrashGuard.ISOLATE

@@ -187,6 +187,7 @@ def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest
         (["--aoti-debug"], "crash guard: one xdist worker"),
         (["--aoti-debug", "-p", "no:xdist"], None),
         (["--aoti-debug", "-n", "0"], None),
+        (["--aoti-debug", "-s"], None),  # xdist would swallow the output: isolated tests write it instead
         ([], None),
     ],
 )
