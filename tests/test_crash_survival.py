@@ -59,7 +59,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("how", ["--aoti-debug", "marker only"])
+@pytest.mark.parametrize("how", ["--aoti-debug", "marker only", "-n 2 --aoti-debug", "--aoti-isolate"])
 def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunPytest, how: str) -> None:
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
     tests = pytester.path / "tests"
@@ -68,7 +68,7 @@ def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunP
     (tests / "aoti_models.py").write_text(MODELS_SOURCE)
     beside = pytester.path / "beside"
     beside.mkdir()
-    flags = ["--aoti-debug"] if how == "--aoti-debug" else []
+    flags = [] if how == "marker only" else how.split()
     result = run_pytest(
         "../tests", *flags, "-p", "no:logging", "--junitxml=../r.xml", "--report-log=../log.jsonl", cwd=beside
     )
