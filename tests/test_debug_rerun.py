@@ -328,11 +328,7 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         preexec_fn=_terminal_signals,
     )
     try:
-        deadline = time.monotonic() + 300
-        while not pid_file.exists() or not pid_file.read_text():
-            assert parent.poll() is None and time.monotonic() < deadline, "the isolated child never started"
-            time.sleep(0.2)
-        child_pid = int(pid_file.read_text())
+        child_pid = _pid_written(pid_file, parent, "the isolated child never started")
         parent.send_signal(sig)
         expected = {signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}.get(sig, pytest.ExitCode.INTERRUPTED)
         try:
@@ -350,6 +346,15 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
         output.close()
     if sig != signal.SIGKILL:  # a killed parent cleans nothing; pytest's basetemp retention does, later
         assert not list(basetemp.rglob("tmp-*")), "the child's TMPDIR was left behind"
+
+
+def _pid_written(pid_file: Path, process: subprocess.Popen[bytes], never: str) -> int:
+    """The pid a test of ``process``'s session wrote once it started (minutes allowed: a busy machine is slow)."""
+    deadline = time.monotonic() + 300
+    while not pid_file.exists() or not pid_file.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, never
+        time.sleep(0.2)
+    return int(pid_file.read_text())
 
 
 def _terminal_signals() -> None:
@@ -402,11 +407,7 @@ def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
             preexec_fn=_terminal_signals,
         )
         try:
-            deadline = time.monotonic() + 300
-            while not pid_file.exists() or not pid_file.read_text():
-                assert session.poll() is None and time.monotonic() < deadline, "the worker never started the test"
-                time.sleep(0.2)
-            worker = int(pid_file.read_text())
+            worker = _pid_written(pid_file, session, "the worker never started the test")
             os.killpg(session.pid, signal.SIGINT)
             assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
             deadline = time.monotonic() + 300
