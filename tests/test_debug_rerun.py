@@ -335,10 +335,7 @@ def test_a_signal_to_the_parent_ends_the_isolated_child(pytester: pytest.Pyteste
             assert parent.wait(timeout=300) == expected
         except subprocess.TimeoutExpired:
             pytest.fail("the parent ignored the signal:\n" + (pytester.path / "parent.log").read_text()[-5000:])
-        deadline = time.monotonic() + 300
-        while _alive(child_pid):
-            assert time.monotonic() < deadline, "the child outlived its parent"
-            time.sleep(0.1)
+        _wait_gone(child_pid, "the child outlived its parent")
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -355,6 +352,13 @@ def _pid_written(pid_file: Path, process: subprocess.Popen[bytes], never: str) -
         assert process.poll() is None and time.monotonic() < deadline, never
         time.sleep(0.2)
     return int(pid_file.read_text())
+
+
+def _wait_gone(pid: int, outlived: str) -> None:
+    deadline = time.monotonic() + 300
+    while _alive(pid):
+        assert time.monotonic() < deadline, outlived
+        time.sleep(0.1)
 
 
 def _terminal_signals() -> None:
@@ -410,10 +414,7 @@ def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
             worker = _pid_written(pid_file, session, "the worker never started the test")
             os.killpg(session.pid, signal.SIGINT)
             assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
-            deadline = time.monotonic() + 300
-            while _alive(worker):
-                assert time.monotonic() < deadline, "the worker outlived the session"
-                time.sleep(0.1)
+            _wait_gone(worker, "the worker outlived the session")
         finally:
             if session.poll() is None:
                 os.killpg(session.pid, signal.SIGKILL)
