@@ -70,6 +70,15 @@ class ChildRun:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     timeout: float | None = None
+    attempt: int = 1  # the stage's run: 2 and up are extra runs of a stage that did not reproduce the failure
+
+    @property
+    def label(self) -> str:
+        return self.stage if self.attempt == 1 else f"{self.stage}, run {self.attempt}"
+
+    @property
+    def reproduced(self) -> bool:
+        return self.outcome not in ("passed", "skipped")
 
     @property
     def log(self) -> str:
@@ -227,6 +236,7 @@ class _Launch:
     """What a child is started with, and the files it reports through."""
 
     stage: str
+    attempt: int
     nodeid: str
     command: list[str]  # as shown in the reproduce line: without the isolating overrides
     overrides: list[str]
@@ -253,10 +263,12 @@ def _prepare(
     workdir: Path,
     capture: bool,
     prefix: tuple[str, ...],
+    attempt: int = 1,
 ) -> _Launch:
     workdir.mkdir(parents=True, exist_ok=True)
-    report_path = workdir / f"{stage}.reports.jsonl"
-    phase_path = workdir / f"{stage}.phases"
+    stem = stage if attempt == 1 else f"{stage}.{attempt}"
+    report_path = workdir / f"{stem}.reports.jsonl"
+    phase_path = workdir / f"{stem}.phases"
     for stale in (report_path, phase_path):
         stale.unlink(missing_ok=True)
     tmpdir = private_tmpdir(workdir)
@@ -273,12 +285,13 @@ def _prepare(
     }
     return _Launch(
         stage=stage,
+        attempt=attempt,
         nodeid=nodeid,
         command=[*prefix, *child_command(config, capture=capture)],
         overrides=_isolating_overrides(config, workdir),
         env_delta=env_delta,
         cwd=config.invocation_params.dir,
-        log_path=workdir / f"{stage}.log",
+        log_path=workdir / f"{stem}.log",
         report_path=report_path,
         phase_path=phase_path,
         tmpdir=tmpdir,
@@ -313,6 +326,7 @@ def _finish(
         warnings=child_warnings,
         error=error,
         timeout=timeout if timed_out else None,
+        attempt=launch.attempt,
     )
 
 
@@ -327,11 +341,21 @@ def run_child(
     workdir: Path,
     capture: bool,
     prefix: tuple[str, ...] = (),
+    attempt: int = 1,
 ) -> ChildRun:
     """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
-    of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given."""
+    of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
+    ``attempt`` > 1 is another run of the same stage, with its own log."""
     launch = _prepare(
-        config, nodeid, test_path=test_path, stage=stage, env=env, workdir=workdir, capture=capture, prefix=prefix
+        config,
+        nodeid,
+        test_path=test_path,
+        stage=stage,
+        env=env,
+        workdir=workdir,
+        capture=capture,
+        prefix=prefix,
+        attempt=attempt,
     )
     try:
         returncode, timed_out, seconds = run_process(

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import kernel_log
+from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING
@@ -77,14 +77,35 @@ class Verdict:
     minified: dict[str, Any] | None = None  # pytest_aoti.minify's result (minify.json)
     minify_log: Path | None = None
     test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
+    # The user's source lines of the kernels the verdict names, by role: "suspect" (died in or last completed),
+    # "next" (the call after the last completed kernel, for a crash between kernels), "nonfinite", "divergent".
+    sources: dict[str, provenance.KernelSource] = field(default_factory=dict)
+    source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
 
     @property
     def reproduced(self) -> bool:
-        return any(run.outcome not in ("passed", "skipped") for run in self.stages)
+        return any(run.reproduced for run in self.stages)
 
     @property
     def first(self) -> ChildRun | None:
-        return self.stages[0] if self.stages else None
+        """The run the verdict describes: the first that reproduced the failure, else the first run."""
+        return next((run for run in self.stages if run.reproduced), self.stages[0] if self.stages else None)
+
+    @property
+    def rerun_counts(self) -> tuple[int, int]:
+        """(failed, run): the reruns of the test, each a fresh interpreter under a debug environment (the test's own
+        failing run is not counted; neither is a sanitizer run, which is not the test as it ran)."""
+        runs = [run for run in self.stages if run.stage != "sanitizer"]
+        return sum(run.reproduced for run in runs), len(runs)
+
+    @property
+    def reproduction(self) -> str | None:
+        """``consistent (2 of 2 reruns)``, ``flaky (1 of 3 reruns)`` or ``did not reproduce (0 of 3 reruns)``."""
+        failed, total = self.rerun_counts
+        if not total:
+            return None
+        word = "consistent" if failed == total else "did not reproduce" if failed == 0 else "flaky"
+        return f"{word} ({failed} of {total} rerun{'' if total == 1 else 's'})"
 
     @property
     def suspect_kernel(self) -> str | None:
@@ -95,21 +116,33 @@ def failure_if_different(original: str | None, first: ChildRun | None) -> str | 
     """The test's own kind of failure when the rerun's first stage failed another way (a fixture a child cannot
     find, another exception), None otherwise: such a verdict explains the rerun's failure, not the test's."""
     rerun = first.failure if first is not None else None
-    return original if original is not None and rerun is not None and rerun != original else None
+    if original is None or rerun is None or rerun == original:
+        return None
+    # A CUDA error is raised as an exception where the call's caller catches it and aborts the process where it
+    # escapes C++ (the debug stages' launch-blocking mode): one failure either way.
+    return None if {original, rerun} == {"cuda_error", "crash"} else original
+
+
+# Provenance tracking only adds comments and kernel_information.json to the package (the kernel -> graph node ->
+# source line map that names the user's line in the verdict): the stages' kernels are the same.
+PROVENANCE_ENV = {"INDUCTOR_PROVENANCE": "1"}
+# Debug builds run once: their C++ wrapper (the model's launch sequence, ~1000 lines of templates) needs no
+# optimization, and -O0 compiles it faster. The kernels themselves keep their flags.
+DEBUG_BUILD_ENV = {**PROVENANCE_ENV, "AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL": "O0"}
 
 
 def kernels_env(extra: Mapping[str, str]) -> dict[str, str]:
-    return {**SANITY_ENV, PRINTER_ENV: "3", **extra}
+    return {**SANITY_ENV, **DEBUG_BUILD_ENV, PRINTER_ENV: "3", **extra}
 
 
 def tensors_env(kernels: tuple[str, ...], extra: Mapping[str, str]) -> dict[str, str]:
     # No NaN asserts here: on CUDA they stop the run at the first NaN buffer, before the printer shows it.
     sanity = {k: v for k, v in SANITY_ENV.items() if k != "TORCHINDUCTOR_NAN_ASSERTS"}
-    return {**sanity, PRINTER_ENV: "2", FILTER_ENV: ",".join(kernels), **extra}
+    return {**sanity, **DEBUG_BUILD_ENV, PRINTER_ENV: "2", FILTER_ENV: ",".join(kernels), **extra}
 
 
 def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
-    return {PRINTER_ENV: "1", "INDUCTOR_PROVENANCE": "1", NUMERICS_ENV: str(directory), **extra}
+    return {PRINTER_ENV: "1", **DEBUG_BUILD_ENV, NUMERICS_ENV: str(directory), **extra}
 
 
 def apply_import_time_knob(name: str, value: str) -> None:
@@ -184,17 +217,28 @@ def debug_rerun(
     mismatch: bool = False,
     minify_budget: float = DEFAULT_MINIFY_BUDGET,
     minify_max_candidates: int | None = None,
+    flaky_reruns: int = 0,
 ) -> Verdict:
     """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
 
     ``nonfinite_failure`` (the original failure was a NaN/Inf) widens the tensors stage to every launched kernel:
-    a NaN propagates, so the last kernel is a poor suspect for where it was made.
+    a NaN propagates, so the last kernel is a poor suspect for where it was made. A first stage that does not
+    reproduce the failure runs up to ``flaky_reruns`` more times (its package is cached by then): a flaky failure
+    is told from one that needs the tests before it.
     """
     verdict = Verdict(nodeid)
     bundle = workdir / "bundle"
 
     def stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
-        if not verdict.stages:  # the first stage records the failing call, under its own debug environment
+        run = run_stage(name, env, prefix)
+        for attempt in range(2, flaky_reruns + 2) if len(verdict.stages) == 1 else ():
+            if run.reproduced:
+                break
+            run = run_stage(name, env, prefix, attempt)
+        return run
+
+    def run_stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = (), attempt: int = 1) -> ChildRun:
+        if not verdict.stages or attempt > 1:  # the first stage records the failing call, under its debug env
             env = {**env, BUNDLE_ENV: str(bundle)}
         run = run_child(
             config,
@@ -206,6 +250,7 @@ def debug_rerun(
             workdir=workdir,
             capture=False,
             prefix=prefix,
+            attempt=attempt,
         )
         verdict.stages.append(run)
         return run
@@ -238,7 +283,7 @@ def debug_rerun(
             stage="tensors",
             env={k: v for k, v in tensors_base.items() if k != FILTER_ENV},
             workdir=workdir,
-            hold_limit=timeout + 120,
+            hold_limit=timeout * (1 + flaky_reruns) + 120,
         )
     try:
         if "kernels" in stages:
@@ -289,12 +334,51 @@ def debug_rerun(
             verdict.sanitizer = kernel_log.sanitizer_error(run.log)
     if "minify" in stages and not stopped:
         _minify(verdict, bundle, workdir, budget=minify_budget, max_candidates=minify_max_candidates, mismatch=mismatch)
+    verdict.source_root = config.invocation_params.dir
+    if (bundle / "package.pt2").exists():
+        verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(bundle / "package.pt2"), log)
     if (bundle / "repro.py").exists():
         for run in verdict.stages:
             if run.log_path.exists():
                 shutil.copyfile(run.log_path, bundle / run.log_path.name)
         verdict.bundle = bundle
     return verdict
+
+
+def kernel_sources(
+    verdict: Verdict, sources: list[provenance.KernelSource], log: str
+) -> dict[str, provenance.KernelSource]:
+    """The launches the verdict names, found in the package's provenance data (launch order): a kernel launched
+    several times is matched by how often the kernels stage's log saw it launch."""
+    found: dict[str, provenance.KernelSource] = {}
+
+    def nth(kernel: str, occurrence: int = 1) -> int | None:
+        return provenance.launch_of(sources, kernel, occurrence)
+
+    if verdict.died_in is not None:
+        index = nth(verdict.died_in, max(1, _launch_count(log, verdict.died_in, "before")))
+        if index is not None:
+            found["suspect"] = sources[index]
+    elif verdict.last_completed is not None:
+        index = nth(verdict.last_completed, max(1, _launch_count(log, verdict.last_completed, "after")))
+        if index is not None:
+            found["suspect"] = sources[index]
+            if index + 1 < len(sources):
+                found["next"] = sources[index + 1]
+    if verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel is not None:
+        index = nth(verdict.first_nonfinite.kernel)
+        if index is not None:
+            found["nonfinite"] = sources[index]
+    diverged = (verdict.numerics or {}).get("diverged")
+    if isinstance(diverged, dict) and isinstance(diverged.get("kernel"), str):
+        index = nth(diverged["kernel"])
+        if index is not None:
+            found["divergent"] = sources[index]
+    return found
+
+
+def _launch_count(log: str, kernel: str, when: str) -> int:
+    return sum(1 for launch in kernel_log.launches(log) if launch.kernel == kernel and launch.when == when)
 
 
 def _minify_target(verdict: Verdict) -> str:

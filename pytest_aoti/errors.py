@@ -96,6 +96,7 @@ FailureKind = Literal[
     "random_mismatch",
     "export",
     "compile",
+    "cuda_error",  # an exception carrying a CUDA error: the same failure aborts a process where nothing catches it
     "other",
 ]
 
@@ -119,5 +120,5 @@ def failure_kind(error: BaseException) -> FailureKind:
         return "export"
     if isinstance(error, AOTICompileError):
         # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
-        return "other" if _CUDA_ERROR.search(str(error)) else "compile"
-    return "other"
+        return "cuda_error" if _CUDA_ERROR.search(str(error)) else "compile"
+    return "cuda_error" if _CUDA_ERROR.search(str(error)) else "other"

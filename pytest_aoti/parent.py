@@ -104,6 +104,7 @@ def attach_debug(
             sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
             minify_budget=request.minify_budget,
             minify_max_candidates=request.minify_max_candidates,
+            flaky_reruns=request.flaky_reruns,
         )
         # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
         # failure, not the test's: the verdict says so.

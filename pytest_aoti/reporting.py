@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import kernel_log
+from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
@@ -25,6 +25,25 @@ def _where(stats: kernel_log.TensorStats) -> str:
     if stats.kernel is None:
         return f"model input {stats.arg}"
     return f"{stats.kernel} ({stats.arg} after launch, mean {stats.mean})"
+
+
+def _at(verdict: Verdict, role: str) -> str:
+    """`` at model.py:42 in forward: h = …`` for the kernel the verdict names in ``role``, or nothing."""
+    source = verdict.sources.get(role)
+    return f" {provenance.where(source, verdict.source_root)}" if source is not None else ""
+
+
+# Which named kernel's source line is the answer, most specific first.
+_SOURCE_ROLES = ("divergent", "nonfinite", "next", "suspect")
+
+
+def source_line(verdict: Verdict) -> str | None:
+    """The user's line the verdict points at (JUnit ``aoti_source``)."""
+    for role in _SOURCE_ROLES:
+        source = verdict.sources.get(role)
+        if source is not None:
+            return f"{source.name}: {provenance.where(source, verdict.source_root)}"
+    return None
 
 
 _GENERIC_RUN_ERROR = "run_func_("
@@ -81,11 +100,12 @@ _EXPORT_CAUSE = (
 )
 
 
-def divergence(finding: dict[str, Any]) -> str:
-    """Stage numerics' answer in one line: the first divergent kernel, or why there is none."""
+def divergence(finding: dict[str, Any], at: str = "") -> str:
+    """Stage numerics' answer in one line: the first divergent kernel (``at``: its source line), or why there is
+    none."""
     found = finding.get("diverged")
     if found:
-        return f"first divergent kernel: {_kernel_text(found)}; {_inputs_text(found)}"
+        return f"first divergent kernel: {_kernel_text(found)}{at}; {_inputs_text(found)}"
     if not finding.get("compared"):
         return "numerics: " + ("; ".join(finding.get("notes", ())) or "no kernel output could be compared")
     text = f"no kernel diverged from eager beyond rounding noise ({finding.get('noise')})"
@@ -155,7 +175,11 @@ def headline(verdict: Verdict) -> str:
     if first is None:
         return "no debug stage ran"
     if not verdict.reproduced:
-        return "did not reproduce in isolation (the failure may depend on earlier tests or on timing)"
+        total = verdict.rerun_counts[1]
+        return (
+            f"did not reproduce in isolation (0 of {total} rerun{'' if total == 1 else 's'} failed; the failure may "
+            "depend on earlier tests or on timing)"
+        )
     described = first.describe()
     cause = _cause(verdict)
     if cause and _GENERIC_RUN_ERROR in described:
@@ -165,14 +189,23 @@ def headline(verdict: Verdict) -> str:
     if verdict.test_failure is not None:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     if verdict.died_in:
-        parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch)")
+        parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}")
     elif verdict.last_completed and first.outcome == "crashed":
+        following = verdict.sources.get("next")
+        between = (
+            f"the next call is {following.name}{_at(verdict, 'next')}"
+            if following is not None
+            else "a custom op or an extern call"
+        )
         parts.append(
             f"after kernel {verdict.last_completed} completed and before the next kernel launched "
-            "(the crash is in code between compiled kernels: a custom op or an extern call)"
+            f"(the crash is in code between compiled kernels: {between})"
         )
     elif verdict.last_completed:
-        parts.append(f"last kernel completed: {verdict.last_completed}")
+        nonfinite = verdict.first_nonfinite
+        # The first NaN/Inf's kernel names its line below: the same line once is enough.
+        same = nonfinite is not None and nonfinite.kernel == verdict.last_completed
+        parts.append(f"last kernel completed: {verdict.last_completed}{'' if same else _at(verdict, 'suspect')}")
     if verdict.phase == "load":
         parts.append("while loading the package")
     parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
@@ -183,16 +216,20 @@ def headline(verdict: Verdict) -> str:
     if verdict.nan_assert and verdict.nan_assert not in described:
         parts.append(f"NaN assert: {verdict.nan_assert}")
     if verdict.first_nonfinite is not None:
-        parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}")
+        parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}{_at(verdict, 'nonfinite')}")
     if verdict.numerics is not None:
-        parts.append(divergence(verdict.numerics))
+        parts.append(divergence(verdict.numerics, _at(verdict, "divergent")))
+    if verdict.reproduction is not None:
+        parts.append(verdict.reproduction)
     return "; ".join(parts)
 
 
 def _failure_text(kind: str) -> str:
     if kind in ("crash", "timeout"):
         return f"it had a {kind}"
-    return f"it failed with a {kind.replace('_', ' ')} error"
+    if kind == "other":
+        return "it failed with another error"
+    return f"it failed with a {kind.replace('_', ' ').removesuffix(' error')} error"
 
 
 def _stage_line(run: ChildRun) -> str:
@@ -200,7 +237,7 @@ def _stage_line(run: ChildRun) -> str:
     what = "compute-sanitizer memcheck" if run.stage == "sanitizer" else f"printer={printer}"
     what += ", provenance tracking" if run.stage == "numerics" else ""
     what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ""
-    return f"stage {run.stage} ({what}): {run.describe()} [{run.seconds:.1f} s]"
+    return f"stage {run.label} ({what}): {run.describe()} [{run.seconds:.1f} s]"
 
 
 def section_text(verdict: Verdict) -> str:
@@ -208,7 +245,7 @@ def section_text(verdict: Verdict) -> str:
     lines += [_stage_line(run) for run in verdict.stages]
     lines += verdict.notes
     if verdict.numerics is not None:
-        lines.append(divergence(verdict.numerics))
+        lines.append(divergence(verdict.numerics, _at(verdict, "divergent")))
         lines += divergence_details(verdict.numerics)
     if verdict.sanitizer is not None:
         lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
@@ -248,13 +285,13 @@ def section_text(verdict: Verdict) -> str:
     if verdict.phase == "load" and first is not None and first.outcome == "crashed":
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
     for run in verdict.stages:
-        lines.append(f"reproduce ({run.stage}): {run.reproduce}")
-        lines.append(f"full log ({run.stage}): {run.log_path}")
+        lines.append(f"reproduce ({run.label}): {run.reproduce}")
+        lines.append(f"full log ({run.label}): {run.log_path}")
     if verdict.bundle is not None:
         lines.append(f"repro bundle: {verdict.bundle} (python repro.py: {_needs(verdict)})")
     for run in verdict.stages:
         lines.append("")
-        lines.append(f"--- log of stage {run.stage} (trimmed) ---")
+        lines.append(f"--- log of stage {run.label} (trimmed) ---")
         lines.append(kernel_log.trim(run.log))
     return "\n".join(lines)
 
@@ -285,6 +322,11 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
     if verdict.numerics is not None:
         found = verdict.numerics.get("diverged")
         properties.append(("aoti_first_divergent_kernel", found["kernel"] if found else "none"))
+    if verdict.reproduction is not None:
+        properties.append(("aoti_reproduced", verdict.reproduction))
+    source = source_line(verdict)
+    if source is not None:
+        properties.append(("aoti_source", source))
     return properties
 
 

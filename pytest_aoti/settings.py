@@ -38,6 +38,12 @@ MINIFY_MAX_CANDIDATES_DESC = (
     "candidate graphs stage minify judges at most before keeping the smallest failing one found (default: no cap, "
     "the budget alone ends the search); a cap that does not depend on the machine's speed"
 )
+DEFAULT_FLAKY_RERUNS = 2
+FLAKY_RERUNS_DESC = (
+    "when a debug rerun's first stage does not reproduce the failure, run it up to this many more times (with the "
+    "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
+    f"(default {DEFAULT_FLAKY_RERUNS}; 0: no extra runs)"
+)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
@@ -73,6 +79,7 @@ class Settings:
     minify: bool
     minify_budget: float
     minify_max_candidates: int | None
+    flaky_reruns: int
     cache_dir: Path
     use_cache: bool
     cache_clear: bool
@@ -95,6 +102,7 @@ class DebugRequest:
     minify: bool = False  # --aoti-minify: add stage minify whatever the stages
     minify_budget: float = DEFAULT_MINIFY_BUDGET
     minify_max_candidates: int | None = None
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS
 
     def stages_for(self, failure: str | None) -> tuple[str, ...]:
         stages = self.stages
@@ -122,6 +130,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("minify-budget", MINIFY_BUDGET_DESC, default=str(DEFAULT_MINIFY_BUDGET))
     option("minify-max-candidates", MINIFY_MAX_CANDIDATES_DESC, default="")
     option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
+    option("flaky-reruns", FLAKY_RERUNS_DESC, default=str(DEFAULT_FLAKY_RERUNS))
     option("cache-dir", CACHE_DIR_DESC, default="")
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
     option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini_type="bool", default=False)
@@ -152,6 +161,14 @@ def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False,
     return value
 
 
+def _count(raw: Any, source: str, *, what: str) -> int:
+    """A whole number >= 0 (``raw`` from the command line or the ini file)."""
+    text = str(raw).strip()
+    if not text.isdigit():
+        raise pytest.UsageError(f"{source}: expected {what} (a whole number >= 0), got {raw!r}")
+    return int(text)
+
+
 def resolve(config: pytest.Config) -> Settings:
     device, device_source = _value(config, "device")
     device = str(device).strip()
@@ -161,6 +178,7 @@ def resolve(config: pytest.Config) -> Settings:
     cap_raw, cap_source = _value(config, "cache-max-mb")
     budget_raw, budget_source = _value(config, "minify-budget")
     candidates_raw, candidates_source = _value(config, "minify-max-candidates")
+    flaky_raw, flaky_source = _value(config, "flaky-reruns")
     cache_dir_raw, _ = _value(config, "cache-dir")
     if cache_dir_raw:
         cache_dir = Path(cache_dir_raw).expanduser()
@@ -184,6 +202,7 @@ def resolve(config: pytest.Config) -> Settings:
             if str(candidates_raw).strip()
             else None
         ),
+        flaky_reruns=_count(flaky_raw, flaky_source, what="a number of extra runs"),
         cache_dir=cache_dir,
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(_value(config, "cache-clear")[0]),
@@ -368,6 +387,7 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
         minify=settings.minify,
         minify_budget=settings.minify_budget,
         minify_max_candidates=settings.minify_max_candidates,
+        flaky_reruns=settings.flaky_reruns,
     )
 
 

@@ -297,6 +297,12 @@ def test_repeated_debug_run_loads_its_debug_packages(
     text = first.stdout.str()
     assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
     assert re.search(r"first NaN/Inf: cpp_fused_\w*log\w* buf0 \(mean -?nan", text), text
+    # The kernel's line in the user's model (Inductor's provenance data in the debug package), and both reruns failed.
+    assert re.search(
+        r"first NaN/Inf in cpp_fused_\w*log\w* \(buf0 after launch, mean -?nan\) at aoti_models.py:\d+ in forward: "
+        r"return torch.log\(x\) \* 2; consistent \(2 of 2 reruns\)",
+        text,
+    ), text
     first.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
     # Quiet reports: with pytest's logging plugin on, torch's structured-trace records stay out of the captured logs.
     assert "torch.__trace" not in text

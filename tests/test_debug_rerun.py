@@ -75,6 +75,12 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert f"stage tensors (printer=2 filtered to {KERNEL_OF_THE_CRASH}): crashed with SIGSEGV" in text
     assert "last phase: run" in text
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in text
+    # The call after the last completed kernel is the custom op, on its line of the model.
+    at_the_op = re.compile(
+        r"the next call is aoti_torch_cpu_maybe_crash at \S*aoti_models.py:\d+ in forward: "
+        r"y = maybe_crash\(torch.sin\(x\) \* 2 \+ x\)"
+    )
+    assert at_the_op.search(text), text
     reproduce = re.search(r"^reproduce \(kernels\): (.*)$", text, re.MULTILINE)
     assert reproduce is not None
     for part in (
@@ -103,6 +109,8 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert properties["aoti_signal"] == "SIGSEGV"
     assert properties["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
     assert properties["aoti_rerun_outcome"] == "crashed with SIGSEGV"
+    assert properties["aoti_reproduced"] == "consistent (2 of 2 reruns)"
+    assert at_the_op.search(str(properties["aoti_source"])), properties
     # Minified within its cap, each candidate judged in its own process (the crashing ones too).
     minified = re.match(r"6 -> (\d) nodes: (\S+/minified/repro.py)$", str(properties["aoti_minified"]))
     assert minified is not None and int(minified.group(1)) < 6, properties
@@ -249,15 +257,26 @@ def test_an_isolated_test_reports_like_an_in_process_one(
 def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
+    """A failure that needs an earlier test does not reproduce in any of its three reruns; one that fails on every
+    second call (a counter in a file) is called flaky, with its counts."""
     pytester.makepyfile(
         test_user="""
         import os
         import shutil
+        from pathlib import Path
         import pytest
         import torch
         from aoti_models import LogModel
 
         STATE = []
+        CALLS = Path(__file__).with_name("calls.txt")
+
+        @pytest.mark.aoti_ima(stages=("kernels",))
+        def test_fails_every_second_call(aoti_compile):
+            calls = int(CALLS.read_text()) + 1 if CALLS.exists() else 1
+            CALLS.write_text(str(calls))
+            compiled = aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))
+            compiled(-torch.ones(4, 3) if calls % 2 else torch.ones(4, 3))  # log of -1: NaN
 
         def test_leaves_state():
             STATE.append("dirty")
@@ -287,9 +306,25 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     )
     # --aoti-debug: the session's tests run in one xdist worker, in order, so the earlier test's state leaks.
     result = run_pytest("-p", "no:logging", "--aoti-debug")
-    result.assert_outcomes(passed=1, failed=2, errors=1)
-    result.stdout.fnmatch_lines(["*verdict: did not reproduce in isolation*", "*stage kernels (printer=3): passed*"])
+    result.assert_outcomes(passed=1, failed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*verdict: did not reproduce in isolation (0 of 3 reruns failed; the failure may depend*",
+            "*stage kernels (printer=3): passed*",
+            "*stage kernels, run 2 (printer=3): passed*",
+            "*stage kernels, run 3 (printer=3): passed*",
+        ]
+    )
     text = result.stdout.str()
+    # Calls 1 (the test), 2 (stage kernels: passes), 3 (its second run: the NaN again), and no more.
+    assert (pytester.path / "calls.txt").read_text() == "3"
+    result.stdout.fnmatch_lines(
+        [
+            "*verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite*; flaky (1 of 2 reruns)",
+            "*stage kernels (printer=3): passed*",
+            "*stage kernels, run 2 (printer=3): failed*",
+        ]
+    )
     # A fixture that broke before the test reached pytest-aoti: no child for it.
     result.stdout.fnmatch_lines(
         ["*ERROR at setup of test_broken_fixture*", "*verdict: not rerun: the test's setup failed before it*"]

@@ -84,7 +84,10 @@ def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, ru
 
     counter = _section(text, "test_counter")
     # The middle stage, not the linear before it nor the softmax after it; its input (the first linear) matched.
-    assert f"first divergent kernel: {MIDDLE_KERNEL} (nodes: add, mul, relu)" in counter
+    assert (
+        f"first divergent kernel: {MIDDLE_KERNEL} (nodes: add, mul, relu) at test_numerics_user.py:15 in forward: "
+        "h = torch.relu(self.first(x)) * self.calls + 0.5; inputs matched eager"
+    ) in counter, counter
     assert "inputs matched eager" in counter
     assert "the difference comes from export, not Inductor" in counter
     assert "stage numerics (printer=1, provenance tracking): failed" in counter
@@ -92,6 +95,7 @@ def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, ru
 
     bf16 = _section(text, "test_bf16")
     assert f"first divergent kernel: {BF16_KERNEL}" in bf16
+    assert "in forward: h = torch.nn.functional.silu(h) * torch.tanh(h) + h.exp() * 0.1" in bf16
     assert "float64 reference of add: the package is closer" in bf16
 
     exact = _section(text, "test_exact")
@@ -109,6 +113,9 @@ def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, ru
     cases = junit_cases(pytester.path / "report.xml")
     assert cases["test_counter"]["properties"]["aoti_first_divergent_kernel"] == MIDDLE_KERNEL  # type: ignore[index]
     assert cases["test_bf16"]["properties"]["aoti_first_divergent_kernel"] == BF16_KERNEL  # type: ignore[index]
+    assert str(cases["test_counter"]["properties"]["aoti_source"]).startswith(  # type: ignore[index]
+        f"{MIDDLE_KERNEL}: at test_numerics_user.py:15 in forward: h = torch.relu("
+    )
     assert cases["test_exact"]["properties"]["aoti_first_divergent_kernel"] == "none"  # type: ignore[index]
     bundle = Path(cases["test_counter"]["properties"]["aoti_bundle"])  # type: ignore[index]
     assert (bundle / "repro.py").exists()

@@ -305,6 +305,8 @@ def test_out_of_range_embedding_index_names_the_bad_value(pytester: pytest.Pytes
     assert "device-side assert `index out of bounds: 0 <= tmp" in text
     assert re.search(r"bad input: \w+ \(min 5000, max 5000, .*outside the asserted range \[0, 100\)", text), text
     assert "repro bundle: " in text
+    # The asserting kernel's line in the user's model.
+    assert re.search(r"^verdict: .* at test_user.py:\d+ in forward: return self.table\(ids\) \* 2", text, re.M), text
 
 
 def test_sanitizer_stage_and_repro_bundle_on_an_ima(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -361,6 +363,7 @@ def test_numerics_names_the_divergent_triton_kernel(pytester: pytest.Pytester, r
     assert "inputs matched eager" in text
     assert "the difference comes from export, not Inductor" in text
     assert re.search(r"stage numerics \(printer=1, provenance tracking\): failed: .* \[[\d.]+ s\]", text)
+    assert "in forward: h = torch.relu(self.first(x)) * self.calls + 0.5" in text, text
 
 
 DEVICE_ASSERT_THEN_HEALTHY = """
@@ -405,6 +408,9 @@ def test_device_assert_under_plain_aoti_debug_ends_only_its_test(
     text = result.stdout.str()
     assert "crash guard: one xdist worker" in text
     assert "device-side assert `index out of bounds: 0 <= tmp" in text
+    # The exception the test raised and the rerun's abort are one CUDA error.
+    assert "not the test's failure" not in text
+    assert "at test_user.py:" in text and "in forward: return self.table(ids) * 2" in text
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_embedding", "test_cuda_after", "test_cpu_after"}
     assert cases["test_embedding"]["outcomes"] == ["failure"]

@@ -42,7 +42,9 @@ CRASH_LOG = (
 def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV")
     verdict = Verdict("t.py::test", stages=[run], died_in=kernel_log.died_in(CRASH_LOG), last_completed="k0")
-    assert headline(verdict) == "crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch)"
+    assert headline(verdict) == (
+        "crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch); consistent (1 of 1 rerun)"
+    )
     properties = dict(user_properties(verdict))
     assert properties["aoti_signal"] == "SIGSEGV" and properties["aoti_suspect_kernel"] == "k1"
     assert properties["aoti_reproduce"] == f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels python -u -m pytest tests"
@@ -62,6 +64,27 @@ def test_a_crash_between_kernels_blames_the_code_between_them(tmp_path: Path) ->
 def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
     verdict = Verdict("t.py::test", stages=[_run(tmp_path, "kernels", "passed")])
     assert headline(verdict).startswith("did not reproduce in isolation")
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "expected"),
+    [
+        (("failed", "crashed"), "consistent (2 of 2 reruns)"),
+        (("passed", "failed", "passed"), "flaky (1 of 3 reruns)"),
+        (("passed", "passed", "passed"), "did not reproduce (0 of 3 reruns)"),
+    ],
+)
+def test_reruns_are_counted(tmp_path: Path, outcomes: tuple[str, ...], expected: str) -> None:
+    runs = [_run(tmp_path, "kernels", outcome, attempt=n + 1) for n, outcome in enumerate(outcomes)]
+    verdict = Verdict("t.py::test", stages=runs)
+    assert verdict.reproduction == expected
+    assert dict(user_properties(verdict))["aoti_reproduced"] == expected
+    if verdict.reproduced:
+        assert verdict.first is next(run for run in runs if run.reproduced)
+        assert headline(verdict).endswith(f"; {expected}")
+    else:
+        assert headline(verdict).startswith("did not reproduce in isolation (0 of 3 reruns failed;")
+        assert "stage kernels, run 3 (printer=None): passed" in section_text(verdict)
 
 
 def test_a_vanished_log_degrades_the_verdict(tmp_path: Path) -> None:
@@ -203,5 +226,11 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     assert failure_if_different("mismatch", errored) == "mismatch"
     assert failure_if_different("crash", crashed) is None
     assert failure_if_different(None, errored) is None
+    # A device-side assert raised as an exception in the test, aborting the launch-blocking rerun: one failure.
+    from pytest_aoti.errors import failure_kind
+
+    assert failure_kind(RuntimeError("CUDA error: device-side assert triggered")) == "cuda_error"
+    assert failure_if_different("cuda_error", crashed) is None
+    assert "it failed with another error" in headline(Verdict("t.py::test", stages=[errored], test_failure="other"))
     verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
     assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)

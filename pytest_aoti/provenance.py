@@ -1,0 +1,115 @@
+"""Which line of the user's model each kernel of a package computes.
+
+A package compiled with Inductor's provenance tracking (``INDUCTOR_PROVENANCE=1``, which the debug stages set) holds
+``kernel_information.json``: for every kernel launch and extern call, keyed ``<name>:<debug handle>`` in launch order,
+the graph nodes it computes and their stack traces at export. This module reads it from the package (a zip: no torch
+import) and keeps the innermost frame outside torch of each trace: the user's line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\n[ \t]*(?P<text>[^\n]*)')
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    file: str
+    line: int
+    function: str
+    text: str
+
+    def describe(self, relative_to: Path | None = None) -> str:
+        shown = self.file
+        if relative_to is not None:
+            try:
+                shown = os.path.relpath(self.file, relative_to)
+            except ValueError:  # another drive (Windows)
+                shown = self.file
+            if shown.startswith(".."):
+                shown = self.file
+        return f"{shown}:{self.line} in {self.function}: {self.text.strip()}"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One launch (or extern call) of the package, in launch order."""
+
+    name: str
+    nodes: tuple[str, ...]
+    lines: tuple[SourceLine, ...]
+
+
+def _torch_dir() -> str | None:
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).parent) + os.sep
+
+
+def user_line(stack_trace: str, torch_dir: str | None) -> SourceLine | None:
+    """The innermost frame of a trace that is not inside torch: where the user's model called what became the
+    kernel (``F.linear`` inside ``nn.Linear`` is torch's; the ``self.fc(x)`` that called it is the user's)."""
+    frames = [SourceLine(m["file"], int(m["line"]), m["function"], m["text"]) for m in _FRAME.finditer(stack_trace)]
+    mine = [frame for frame in frames if torch_dir is None or not frame.file.startswith(torch_dir)]
+    return mine[-1] if mine else None
+
+
+def read_kernel_sources(package: Path) -> list[KernelSource]:
+    """The package's launches with their nodes and user lines; empty when the package has no provenance data."""
+    try:
+        with zipfile.ZipFile(package) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("kernel_information.json")), None)
+            info: Any = json.loads(archive.read(name)) if name else {}
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return []
+    if not isinstance(info, dict):
+        return []
+    torch_dir = _torch_dir()
+
+    def handle(key: str) -> int:
+        number = key.rsplit(":", 1)[-1]
+        return int(number) if number.isdigit() else 0
+
+    sources = []
+    for key in sorted(info, key=handle):
+        entry = info[key] if isinstance(info[key], dict) else {}
+        lines = [user_line(trace, torch_dir) for trace in entry.get("stack_traces", ()) if isinstance(trace, str)]
+        nodes = entry.get("pre_grad_nodes") or entry.get("post_grad_nodes") or ()
+        sources.append(
+            KernelSource(
+                key.rsplit(":", 1)[0],
+                tuple(str(node) for node in nodes),
+                tuple(dict.fromkeys(line for line in lines if line is not None)),
+            )
+        )
+    return sources
+
+
+def launch_of(sources: list[KernelSource], kernel: str, occurrence: int = 1) -> int | None:
+    """Index of the ``occurrence``-th launch of ``kernel`` (1-based), or None."""
+    seen = 0
+    for index, source in enumerate(sources):
+        if source.name == kernel:
+            seen += 1
+            if seen == occurrence:
+                return index
+    return None
+
+
+def where(source: KernelSource, relative_to: Path | None = None, limit: int = 2) -> str:
+    """``at model.py:42 in forward: h = …`` for a kernel, or which op it runs when no user line is known."""
+    if source.lines:
+        shown = "; ".join(line.describe(relative_to) for line in source.lines[:limit])
+        more = f" (and {len(source.lines) - limit} more)" if len(source.lines) > limit else ""
+        return f"at {shown}{more}"
+    ops = ", ".join(source.nodes) or source.name
+    return f"no source line recorded (op: {ops})"

@@ -1,0 +1,106 @@
+"""Source lines from a package's provenance data. The JSON is what torch 2.13.0 wrote into a package of
+``tests/aoti_models.py::Crashy`` compiled with ``INDUCTOR_PROVENANCE=1`` (the e2e debug tests read real packages);
+the linear entry's second frame is inside torch, as ``nn.Linear``'s is."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import zipfile
+from pathlib import Path
+
+from pytest_aoti import kernel_log, provenance
+from pytest_aoti.child import ChildRun
+from pytest_aoti.debug import Verdict, kernel_sources
+from pytest_aoti.reporting import headline, user_properties
+
+TORCH_DIR = Path(importlib.util.find_spec("torch").origin).parent  # type: ignore[arg-type,union-attr]
+MODELS = "/work/suite/aoti_models.py"
+CRASHY_INFO = {
+    "cpp_fused_add_maybe_crash_mul_sin_0:1": {
+        "stack_traces": [f'File "{MODELS}", line 52, in forward\n    y = maybe_crash(torch.sin(x) * 2 + x)'],
+        "post_grad_nodes": ["maybe_crash", "add", "mul", "sin"],
+        "pre_grad_nodes": ["maybe_crash", "add", "mul", "sin"],
+    },
+    "aoti_torch_cpu_maybe_crash:2": {
+        "stack_traces": [f'File "{MODELS}", line 52, in forward\n    y = maybe_crash(torch.sin(x) * 2 + x)'],
+        "post_grad_nodes": ["maybe_crash"],
+        "pre_grad_nodes": ["maybe_crash"],
+    },
+    "aoti_torch_cpu_addmm_out:4": {
+        "stack_traces": [
+            f'File "{MODELS}", line 60, in forward\n    return self.fc(y)\n'
+            f'  File "{TORCH_DIR}/nn/modules/linear.py", line 134, in forward\n'
+            "    return F.linear(input, self.weight, self.bias)"
+        ],
+        "post_grad_nodes": ["addmm"],
+        "pre_grad_nodes": ["linear"],
+    },
+    "cpp_fused_add_cos_1:3": {
+        "stack_traces": [f'File "{MODELS}", line 53, in forward\n    return y.cos() + 1'],
+        "post_grad_nodes": ["add_1", "cos"],
+        "pre_grad_nodes": ["add_1", "cos"],
+    },
+    "extern_kernel_of_a_custom_op:5": {"stack_traces": [], "post_grad_nodes": [], "pre_grad_nodes": ["my_op"]},
+}
+
+
+def _package(tmp_path: Path, info: object) -> Path:
+    path = tmp_path / "package.pt2"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("model/data/aotinductor/model/kernel_information.json", json.dumps(info))
+    return path
+
+
+def test_launches_in_order_with_the_users_innermost_line(tmp_path: Path) -> None:
+    sources = provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO))
+    assert [s.name for s in sources] == [
+        "cpp_fused_add_maybe_crash_mul_sin_0",
+        "aoti_torch_cpu_maybe_crash",
+        "cpp_fused_add_cos_1",
+        "aoti_torch_cpu_addmm_out",
+        "extern_kernel_of_a_custom_op",
+    ]
+    linear = sources[3]
+    assert linear.lines == (provenance.SourceLine(MODELS, 60, "forward", "return self.fc(y)"),)
+    assert provenance.where(linear, Path("/work")) == "at suite/aoti_models.py:60 in forward: return self.fc(y)"
+    assert provenance.where(linear, Path("/elsewhere")) == f"at {MODELS}:60 in forward: return self.fc(y)"
+    assert provenance.where(sources[4]) == "no source line recorded (op: my_op)"
+    assert provenance.launch_of(sources, "cpp_fused_add_cos_1") == 2
+    assert provenance.launch_of(sources, "cpp_fused_add_cos_1", occurrence=2) is None
+
+
+def test_a_package_without_provenance_data_has_no_sources(tmp_path: Path) -> None:
+    assert provenance.read_kernel_sources(_package(tmp_path, [])) == []
+    (tmp_path / "broken.pt2").write_text("not a zip")
+    assert provenance.read_kernel_sources(tmp_path / "broken.pt2") == []
+    with zipfile.ZipFile(tmp_path / "plain.pt2", "w") as archive:
+        archive.writestr("model/data/aotinductor/model/model.wrapper.cpp", "")
+    assert provenance.read_kernel_sources(tmp_path / "plain.pt2") == []
+
+
+def test_a_crash_between_kernels_names_the_next_calls_line(tmp_path: Path) -> None:
+    log = (
+        "[ before_launch: cpp_fused_add_maybe_crash_mul_sin_0 ]\n"
+        "[ after_launch: cpp_fused_add_maybe_crash_mul_sin_0 ]\n"
+        "Fatal Python error: Segmentation fault\n"
+    )
+    (tmp_path / "kernels.log").write_text(log)
+    run = ChildRun(
+        stage="kernels",
+        outcome="crashed",
+        returncode=-11,
+        signal_name="SIGSEGV",
+        seconds=1.0,
+        log_path=tmp_path / "kernels.log",
+        phase_path=tmp_path / "kernels.phases",
+        command=["python"],
+        env_delta={},
+        cwd=tmp_path,
+    )
+    verdict = Verdict("t.py::test", stages=[run], last_completed=kernel_log.last_completed(log))
+    verdict.source_root = Path("/work/suite")
+    verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO)), log)
+    expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
+    assert f"the next call is aoti_torch_cpu_maybe_crash at {expected})" in headline(verdict)
+    assert dict(user_properties(verdict))["aoti_source"] == f"aoti_torch_cpu_maybe_crash: at {expected}"
