@@ -78,11 +78,11 @@ def bad_values(verdict: Verdict) -> list[str]:
     return facts
 
 
-def _kernel_text(found: dict[str, Any]) -> str:
+def _kernel_text(found: dict[str, Any], at: str = "") -> str:
     index = tuple(found.get("index", ()))
     return (
-        f"{found['kernel']} (nodes: {', '.join(found.get('nodes', ())) or '?'}) max abs err {found['max_abs']:.3g}, "
-        f"max rel err {found['max_rel']:.3g} at index {index}"
+        f"{found['kernel']} (nodes: {', '.join(found.get('nodes', ())) or '?'}){at}{';' if at else ''} max abs err "
+        f"{found['max_abs']:.3g}, max rel err {found['max_rel']:.3g} at index {index}"
     )
 
 
@@ -105,7 +105,7 @@ def divergence(finding: dict[str, Any], at: str = "") -> str:
     none."""
     found = finding.get("diverged")
     if found:
-        return f"first divergent kernel: {_kernel_text(found)}{at}; {_inputs_text(found)}"
+        return f"first divergent kernel: {_kernel_text(found, at)}; {_inputs_text(found)}"
     if not finding.get("compared"):
         return "numerics: " + ("; ".join(finding.get("notes", ())) or "no kernel output could be compared")
     text = f"no kernel diverged from eager beyond rounding noise ({finding.get('noise')})"

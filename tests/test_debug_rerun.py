@@ -77,10 +77,10 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in text
     # The call after the last completed kernel is the custom op, on its line of the model.
     at_the_op = re.compile(
-        r"the next call is aoti_torch_cpu_maybe_crash at \S*aoti_models.py:\d+ in forward: "
+        r"aoti_torch_cpu_maybe_crash:? at \S*/suite/aoti_models.py:\d+ in forward: "
         r"y = maybe_crash\(torch.sin\(x\) \* 2 \+ x\)"
     )
-    assert at_the_op.search(text), text
+    assert re.search(r"the next call is " + at_the_op.pattern, text), text
     reproduce = re.search(r"^reproduce \(kernels\): (.*)$", text, re.MULTILINE)
     assert reproduce is not None
     for part in (
