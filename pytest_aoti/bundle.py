@@ -154,9 +154,32 @@ def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[st
         (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
         (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
         (bundle / "custom_ops.json").write_text(json.dumps(_custom_op_modules(compiled), indent=2))
+        (bundle / NODE_SOURCES).write_text(json.dumps(_node_sources(compiled), indent=2))
         (bundle / "repro.py").write_text(REPRO_SCRIPT)
         stamp.write_text(str(compiled.package_path))
     torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, bundle / "inputs.pt")
+
+
+# The exported program's node -> stack trace, from this run's export. A cached package's provenance data holds the
+# traces of the export that compiled it (another checkout, other line numbers: the cache key leaves locations out);
+# its node names are the graph's, which the key does include.
+NODE_SOURCES = "node_sources.json"
+
+
+def _node_sources(compiled: CompiledModel) -> dict[str, str]:
+    return {
+        node.name: trace
+        for node in compiled.exported_program.graph.nodes
+        if isinstance(trace := node.meta.get("stack_trace"), str)
+    }
+
+
+def read_node_sources(bundle: Path) -> dict[str, str]:
+    try:
+        sources = json.loads((bundle / NODE_SOURCES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): v for k, v in sources.items() if isinstance(v, str)} if isinstance(sources, dict) else {}
 
 
 def custom_op_modules(bundle: Path) -> list[tuple[str, str]]:

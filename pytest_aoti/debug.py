@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import kernel_log, provenance
+from pytest_aoti.bundle import read_node_sources
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING
@@ -120,7 +121,7 @@ def failure_if_different(original: str | None, first: ChildRun | None) -> str | 
         return None
     # A CUDA error is raised as an exception where the call's caller catches it and aborts the process where it
     # escapes C++ (the debug stages' launch-blocking mode): one failure either way.
-    return None if {original, rerun} == {"cuda_error", "crash"} else original
+    return None if {original, rerun} == {"package_error", "crash"} else original
 
 
 # Provenance tracking only adds comments and kernel_information.json to the package (the kernel -> graph node ->
@@ -336,7 +337,8 @@ def debug_rerun(
         _minify(verdict, bundle, workdir, budget=minify_budget, max_candidates=minify_max_candidates, mismatch=mismatch)
     verdict.source_root = config.invocation_params.dir
     if (bundle / "package.pt2").exists():
-        verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(bundle / "package.pt2"), log)
+        launches = provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle))
+        verdict.sources = kernel_sources(verdict, launches, log)
     if (bundle / "repro.py").exists():
         for run in verdict.stages:
             if run.log_path.exists():

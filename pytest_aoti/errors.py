@@ -96,12 +96,16 @@ FailureKind = Literal[
     "random_mismatch",
     "export",
     "compile",
-    "cuda_error",  # an exception carrying a CUDA error: the same failure aborts a process where nothing catches it
+    # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where the
+    # error escapes C++, as it does under the debug stages' CUDA_LAUNCH_BLOCKING.
+    "package_error",
     "other",
 ]
 
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|device-side assert|cudaError", re.IGNORECASE)
+# AOTI's wrapper around a failed run: "run_func_( container_handle_, ...) API call failed at ...model_container_runner"
+_PACKAGE_ERROR = re.compile(_CUDA_ERROR.pattern + r"|run_func_\(|API call failed at", re.IGNORECASE)
 
 
 def failure_kind(error: BaseException) -> FailureKind:
@@ -120,5 +124,5 @@ def failure_kind(error: BaseException) -> FailureKind:
         return "export"
     if isinstance(error, AOTICompileError):
         # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
-        return "cuda_error" if _CUDA_ERROR.search(str(error)) else "compile"
-    return "cuda_error" if _CUDA_ERROR.search(str(error)) else "other"
+        return "package_error" if _CUDA_ERROR.search(str(error)) else "compile"
+    return "package_error" if _PACKAGE_ERROR.search(str(error)) else "other"

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,10 @@ def user_line(stack_trace: str, torch_dir: str | None) -> SourceLine | None:
     return mine[-1] if mine else None
 
 
-def read_kernel_sources(package: Path) -> list[KernelSource]:
-    """The package's launches with their nodes and user lines; empty when the package has no provenance data."""
+def read_kernel_sources(package: Path, node_traces: Mapping[str, str] | None = None) -> list[KernelSource]:
+    """The package's launches with their nodes and user lines; empty when the package has no provenance data.
+    ``node_traces`` (graph node -> stack trace, from this run's export) take the place of the traces the package
+    recorded when it was compiled, which a cached package may have got from another checkout."""
     try:
         with zipfile.ZipFile(package) as archive:
             name = next((n for n in archive.namelist() if n.endswith("kernel_information.json")), None)
@@ -82,8 +85,11 @@ def read_kernel_sources(package: Path) -> list[KernelSource]:
     sources = []
     for key in sorted(info, key=handle):
         entry = info[key] if isinstance(info[key], dict) else {}
-        lines = [user_line(trace, torch_dir) for trace in entry.get("stack_traces", ()) if isinstance(trace, str)]
         nodes = entry.get("pre_grad_nodes") or entry.get("post_grad_nodes") or ()
+        traces = [node_traces[node] for node in nodes if node in node_traces] if node_traces else []
+        if not traces:
+            traces = entry.get("stack_traces", ())
+        lines = [user_line(trace, torch_dir) for trace in traces if isinstance(trace, str)]
         sources.append(
             KernelSource(
                 key.rsplit(":", 1)[0],

@@ -104,3 +104,14 @@ def test_a_crash_between_kernels_names_the_next_calls_line(tmp_path: Path) -> No
     expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
     assert f"the next call is aoti_torch_cpu_maybe_crash at {expected})" in headline(verdict)
     assert dict(user_properties(verdict))["aoti_source"] == f"aoti_torch_cpu_maybe_crash: at {expected}"
+
+
+def test_this_runs_export_names_the_lines_of_a_cached_package(tmp_path: Path) -> None:
+    """A package from the cache was compiled from another checkout (the key leaves locations out): the nodes'
+    traces of this run's export win over the ones the package recorded."""
+    moved = 'File "/checkout-b/aoti_models.py", line 70, in forward\n    y = maybe_crash(torch.sin(x) * 2 + x)'
+    sources = provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO), {"maybe_crash": moved})
+    assert sources[1].lines == (
+        provenance.SourceLine("/checkout-b/aoti_models.py", 70, "forward", "y = maybe_crash(torch.sin(x) * 2 + x)"),
+    )
+    assert sources[2].lines[0].line == 53  # no trace of this run for add_1/cos: the package's

@@ -103,7 +103,7 @@ def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
     assert "failed to compile or load" in (not_rerun_reason("compile", None) or "")
     assert failure_kind(AOTICompileError("C++ compile error: expected ';'")) == "compile"
     # Autotuning ran a kernel that read out of bounds: worth the debug environment.
-    assert failure_kind(AOTICompileError("CUDA error: an illegal memory access was encountered")) == "other"
+    assert failure_kind(AOTICompileError("CUDA error: an illegal memory access was encountered")) == "package_error"
     assert "setup failed before" in (not_rerun_reason("other", None, setup_failed_before_aoti=True) or "")
     timed_out = _run(tmp_path, "isolate", "timed out", timeout=5.0)
     assert "timed out after 5 s" in (not_rerun_reason("other", timed_out) or "")
@@ -229,8 +229,10 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     # A device-side assert raised as an exception in the test, aborting the launch-blocking rerun: one failure.
     from pytest_aoti.errors import failure_kind
 
-    assert failure_kind(RuntimeError("CUDA error: device-side assert triggered")) == "cuda_error"
-    assert failure_if_different("cuda_error", crashed) is None
+    assert failure_kind(RuntimeError("CUDA error: device-side assert triggered")) == "package_error"
+    wrapper = "run_func_( container_handle_, ...) API call failed at /pytorch/model_container_runner.cpp, line 145"
+    assert failure_kind(RuntimeError(wrapper)) == "package_error"
+    assert failure_if_different("package_error", crashed) is None
     assert "it failed with another error" in headline(Verdict("t.py::test", stages=[errored], test_failure="other"))
     verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
     assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)
