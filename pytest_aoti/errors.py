@@ -104,6 +104,7 @@ FailureKind = Literal[
 
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|device-side assert|cudaError", re.IGNORECASE)
+_NAN_ASSERT = re.compile(r"At least one (NaN|INF|Inf) in \S+")
 # AOTI's wrapper around a failed run: "run_func_( container_handle_, ...) API call failed at ...model_container_runner"
 _PACKAGE_ERROR = re.compile(_CUDA_ERROR.pattern + r"|run_func_\(|API call failed at", re.IGNORECASE)
 
@@ -125,4 +126,6 @@ def failure_kind(error: BaseException) -> FailureKind:
     if isinstance(error, AOTICompileError):
         # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
         return "package_error" if _CUDA_ERROR.search(str(error)) else "compile"
+    if _NAN_ASSERT.search(str(error)):  # TORCHINDUCTOR_NAN_ASSERTS (debug stages): a NaN/Inf made inside
+        return "output_nonfinite"
     return "package_error" if _PACKAGE_ERROR.search(str(error)) else "other"

@@ -229,7 +229,8 @@ def _failure_text(kind: str) -> str:
         return f"it had a {kind}"
     if kind == "other":
         return "it failed with another error"
-    return f"it failed with a {kind.replace('_', ' ').removesuffix(' error')} error"
+    words = kind.replace("_", " ").removesuffix(" error")
+    return f"it failed with {'an' if words[0] in 'aeiou' else 'a'} {words} error"
 
 
 def _stage_line(run: ChildRun) -> str:

@@ -233,6 +233,10 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     wrapper = "run_func_( container_handle_, ...) API call failed at /pytorch/model_container_runner.cpp, line 145"
     assert failure_kind(RuntimeError(wrapper)) == "package_error"
     assert failure_if_different("package_error", crashed) is None
+    # The NaN asserts of stage kernels stop at the NaN the test found in an output: the same failure.
+    assert failure_kind(RuntimeError("At least one NaN in buf4")) == "output_nonfinite"
+    verdict = Verdict("t.py::test", stages=[errored], test_failure="output_nonfinite")
+    assert "(it failed with an output nonfinite error)" in headline(verdict)
     assert "it failed with another error" in headline(Verdict("t.py::test", stages=[errored], test_failure="other"))
     verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
     assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)
