@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import kernel_log, provenance
-from pytest_aoti.bundle import read_node_sources
+from pytest_aoti.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING
@@ -82,6 +82,7 @@ class Verdict:
     # "next" (the call after the last completed kernel, for a crash between kernels), "nonfinite", "divergent".
     sources: dict[str, provenance.KernelSource] = field(default_factory=dict)
     source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
+    custom_ops: list[tuple[str, str]] = field(default_factory=list)  # (module, import root) repro.py imports
 
     @property
     def reproduced(self) -> bool:
@@ -344,6 +345,7 @@ def debug_rerun(
             if run.log_path.exists():
                 shutil.copyfile(run.log_path, bundle / run.log_path.name)
         verdict.bundle = bundle
+        verdict.custom_ops = custom_op_modules(bundle)
     return verdict
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from pytest_aoti import kernel_log, provenance
-from pytest_aoti.bundle import custom_op_modules
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
 
@@ -332,7 +331,7 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
 
 
 def _needs(verdict: Verdict) -> str:
-    modules = custom_op_modules(verdict.bundle) if verdict.bundle is not None else []
+    modules = verdict.custom_ops
     if not modules:
         return "needs only torch"
     roots = sorted({root for _, root in modules})
