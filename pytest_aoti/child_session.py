@@ -20,7 +20,8 @@ import pytest
 
 from pytest_aoti.child import write_report, write_warning
 from pytest_aoti.errors import failure_kind
-from pytest_aoti.protocol import CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV
+from pytest_aoti.fixtures import debug_dirs_key
+from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, NUMERICS_ENV
 
 
 class ChildSession:
@@ -32,6 +33,12 @@ class ChildSession:
         if os.environ.get(CHILD_ENV) != "isolate":
             # A debug stage replays the failing example; an isolated test searches as it would in the parent.
             _replay_hypothesis_failures_only()
+        # What the core's calls report to, in this child: the bundle (first debug stage) and numerics' captures.
+        bundle_dir, numerics_dir = os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV)
+        config.stash[debug_dirs_key] = (
+            Path(bundle_dir) if bundle_dir else None,
+            Path(numerics_dir) if numerics_dir else None,
+        )
         hold_file = os.environ.get(HOLD_FILE_ENV)
         if hold_file:
             wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_UNTIL_ENV, "0")) or time.time() + 600)

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.utils._pytree as pytree
@@ -24,12 +24,9 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
-from pytest_aoti.bundle import write_call
 from pytest_aoti.cache import PackageCache
 from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
 from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
-from pytest_aoti.numerics import Capture
-from pytest_aoti.protocol import BUNDLE_ENV, NUMERICS_ENV
 
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel
@@ -190,6 +187,38 @@ class PoisonedContext:
     problem: str
 
 
+class CallCapture(Protocol):
+    """Both sides of one compared call, captured for stage numerics (``pytest_aoti.numerics.Capture``)."""
+
+    def package(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def eager(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def explain(
+        self,
+        package_path: Path,
+        program: ExportedProgram,
+        flat_inputs: Sequence[Any],
+        tolerance: tuple[float, float] | None,
+        *,
+        package_outputs: Any = None,
+        eager_outputs: Any = None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CallObservers:
+    """What a debug child plugs into every call (the core reads no environment variable; the child session does and
+    builds these): ``before_run`` records the call before the package runs (the repro bundle: the call may not
+    survive), ``capture`` gives compared call N of ``check_model`` its numerics capture."""
+
+    before_run: Callable[[CompiledModel, Any, Any], None] | None = None
+    capture: Callable[[int], CallCapture] | None = None
+
+
+NO_OBSERVERS = CallObservers()
+
+
 @dataclass
 class CompiledModel:
     """A loaded AOTI package that checks its invariants on every call.
@@ -211,6 +240,7 @@ class CompiledModel:
     health_check: Callable[[], str | None] | None = field(default=None, repr=False)
     poisoned: PoisonedContext | None = field(default=None, repr=False)
     last_draw: Any = field(default=None, repr=False)  # set by pytest_aoti.strategies before each example
+    observers: CallObservers = field(default=NO_OBSERVERS, repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
@@ -240,9 +270,8 @@ class CompiledModel:
         )
         # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
         run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
-        bundle_dir = os.environ.get(BUNDLE_ENV)
-        if bundle_dir:  # a debug child: record the call first, it may not survive it
-            write_call(Path(bundle_dir), self, run_args, run_kwargs)
+        if self.observers.before_run is not None:  # a debug child: record the call first, it may not survive it
+            self.observers.before_run(self, run_args, run_kwargs)
         phases.mark("run", str(self.package_path))
         try:
             outputs = self.runner(*run_args, **run_kwargs)
@@ -375,6 +404,7 @@ def compile_model(
     cache: PackageCache | None = None,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
+    observers: CallObservers = NO_OBSERVERS,
 ) -> CompiledModel:
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call."""
@@ -413,6 +443,7 @@ def compile_model(
         restride_inputs=restride_inputs,
         inductor_configs=dict(inductor_configs or {}),
         health_check=cuda_context_problem if device.type == "cuda" else None,
+        observers=observers,
     )
 
 
@@ -503,6 +534,7 @@ def check_model(
     cache: PackageCache | None = None,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
+    observers: CallObservers = NO_OBSERVERS,
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
     (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``)."""
@@ -521,11 +553,12 @@ def check_model(
         cache=cache,
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
+        observers=observers,
     )
     module = as_module(model)
-    numerics_dir = os.environ.get(NUMERICS_ENV)  # the numerics debug stage: capture both sides of every call
     for number, (call_args, call_kwargs) in enumerate(input_sets):
-        capture = Capture(Path(numerics_dir), number) if numerics_dir else None
+        # The numerics debug stage captures both sides of every compared call.
+        capture = observers.capture(number) if observers.capture is not None else None
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
         # Each side gets its own copy: a model that mutates an input in place must not feed eager what the
         # package left behind. What each side left in its inputs is compared too.

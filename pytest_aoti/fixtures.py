@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.cache import PackageCache
-    from pytest_aoti.compiler import CompiledModel
+    from pytest_aoti.compiler import CallCapture, CallObservers, CompiledModel
 
 cache_key = pytest.StashKey["PackageCache | None"]()
 worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
@@ -115,6 +115,7 @@ def _builder(
 
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
     cache = session_cache(config)
+    observers = _debug_observers(config)
 
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
@@ -128,12 +129,43 @@ def _builder(
             _moved(kwargs, device),
             package_dir=package_dir,
             cache=cache,
+            observers=observers,
             **options,
         )
         record.append(compiled)
         return compiled
 
     return build
+
+
+# Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it: where
+# the first debug stage records the failing call (the repro bundle) and where stage numerics captures its calls.
+debug_dirs_key = pytest.StashKey[tuple[Path | None, Path | None]]()
+
+
+def _debug_observers(config: pytest.Config) -> CallObservers:
+    from pytest_aoti.compiler import NO_OBSERVERS, CallObservers
+
+    bundle_dir, numerics_dir = config.stash.get(debug_dirs_key, (None, None))
+    if bundle_dir is None and numerics_dir is None:
+        return NO_OBSERVERS
+
+    def record(compiled: CompiledModel, args: Any, kwargs: Any) -> None:
+        from pytest_aoti.bundle import write_call
+
+        assert bundle_dir is not None
+        write_call(bundle_dir, compiled, args, kwargs)
+
+    def capture(number: int) -> CallCapture:
+        from pytest_aoti.numerics import Capture
+
+        assert numerics_dir is not None
+        return Capture(numerics_dir, number)
+
+    return CallObservers(
+        before_run=record if bundle_dir is not None else None,
+        capture=capture if numerics_dir is not None else None,
+    )
 
 
 def _per_test_builder(

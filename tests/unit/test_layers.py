@@ -18,6 +18,9 @@ ORCHESTRATION = (
     "pytest_aoti.settings",
     "pytest_aoti.minify",
     "pytest_aoti.child_session",
+    # What a debug child plugs into the core's calls (compiler.CallObservers), not what the core imports:
+    "pytest_aoti.bundle",
+    "pytest_aoti.numerics",
 )
 
 
