@@ -114,15 +114,20 @@ class Verdict:
         return self.died_in or self.last_completed
 
 
-def failure_if_different(original: str | None, first: ChildRun | None) -> str | None:
-    """The test's own kind of failure when the rerun's first stage failed another way (a fixture a child cannot
-    find, another exception), None otherwise: such a verdict explains the rerun's failure, not the test's."""
+def failure_if_different(original: str | None, verdict: Verdict) -> str | None:
+    """The test's own kind of failure when the rerun failed another way (a fixture a child cannot find, another
+    exception), None otherwise: such a verdict explains the rerun's failure, not the test's. The debug environment
+    turns some failures into others, which are the same failure: a CUDA error raised to the caller aborts a
+    launch-blocking process instead, and the NaN asserts stop the package at the NaN the test found in an output."""
+    first = verdict.first
     rerun = first.failure if first is not None else None
     if original is None or rerun is None or rerun == original:
         return None
-    # A CUDA error is raised as an exception where the call's caller catches it and aborts the process where it
-    # escapes C++ (the debug stages' launch-blocking mode): one failure either way.
-    return None if {original, rerun} == {"package_error", "crash"} else original
+    if {original, rerun} == {"package_error", "crash"}:
+        return None
+    if original == "output_nonfinite" and verdict.nan_assert is not None:
+        return None
+    return original
 
 
 # Provenance tracking only adds comments and kernel_information.json to the package (the kernel -> graph node ->

@@ -109,7 +109,7 @@ def attach_debug(
         # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
         # failure, not the test's: the verdict says so.
         original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
-        verdict.test_failure = failure_if_different(original, verdict.first)
+        verdict.test_failure = failure_if_different(original, verdict)
     config.hook.pytest_aoti_verdict(config=config, nodeid=report.nodeid, verdict=verdict)
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))

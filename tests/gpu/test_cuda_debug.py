@@ -154,6 +154,9 @@ def test_nan_made_inside_the_model(pytester: pytest.Pytester, run_pytest: RunPyt
     assert "output 0: nonfinite invariant violated" in text
     assert "At least one NaN in buf" in text or "At least one INF in buf" in text
     result.stdout.re_match_lines([r"first NaN/Inf: triton_\w+ buf\d+ \(mean -?nan"])
+    # The NaN assert stops the package where the test saw a NaN output: one failure, named on the model's line.
+    assert "not the test's failure" not in text
+    assert "at gpu_models.py:" in text and "in forward: return torch.log(x) * 2 + 1" in text
 
 
 def test_segfault_at_load_names_the_libstdcxx_remedy(

@@ -223,16 +223,28 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     errored = _run(tmp_path, "kernels", "error", reports=[r for r in reports if r.when == "setup"])
     assert errored.failure == "other"
     crashed = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV")
-    assert failure_if_different("mismatch", errored) == "mismatch"
-    assert failure_if_different("crash", crashed) is None
-    assert failure_if_different(None, errored) is None
+
+    def rerun(run: ChildRun, **found: object) -> Verdict:
+        return Verdict("t.py::test", stages=[run], **found)  # type: ignore[arg-type]
+
+    assert failure_if_different("mismatch", rerun(errored)) == "mismatch"
+    assert failure_if_different("crash", rerun(crashed)) is None
+    assert failure_if_different(None, rerun(errored)) is None
     # A device-side assert raised as an exception in the test, aborting the launch-blocking rerun: one failure.
     from pytest_aoti.errors import failure_kind
 
     assert failure_kind(RuntimeError("CUDA error: device-side assert triggered")) == "package_error"
     wrapper = "run_func_( container_handle_, ...) API call failed at /pytorch/model_container_runner.cpp, line 145"
     assert failure_kind(RuntimeError(wrapper)) == "package_error"
-    assert failure_if_different("package_error", crashed) is None
+    assert failure_if_different("package_error", rerun(crashed)) is None
+    # On CUDA the NaN assert stops the package with AOTI's run error: the NaN the test found in an output.
+    wrapped = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( ... ) API call failed")
+    wrapped.reports = [r for r in reports if r.when == "setup"]
+    for report in wrapped.reports:
+        report.aoti_failure_kind = "package_error"  # type: ignore[attr-defined]
+    assert wrapped.failure == "package_error"
+    assert failure_if_different("output_nonfinite", rerun(wrapped)) == "output_nonfinite"
+    assert failure_if_different("output_nonfinite", rerun(wrapped, nan_assert="At least one NaN in buf0")) is None
     # The NaN asserts of stage kernels stop at the NaN the test found in an output: the same failure.
     assert failure_kind(RuntimeError("At least one NaN in buf4")) == "output_nonfinite"
     verdict = Verdict("t.py::test", stages=[errored], test_failure="output_nonfinite")
