@@ -361,28 +361,23 @@ def kernel_sources(
     several times is matched by how often the kernels stage's log saw it launch."""
     found: dict[str, provenance.KernelSource] = {}
 
-    def nth(kernel: str, occurrence: int = 1) -> int | None:
-        return provenance.launch_of(sources, kernel, occurrence)
+    def find(role: str, kernel: str, occurrence: int = 1) -> int | None:
+        index = provenance.launch_of(sources, kernel, max(1, occurrence))
+        if index is not None:
+            found[role] = sources[index]
+        return index
 
     if verdict.died_in is not None:
-        index = nth(verdict.died_in, max(1, _launch_count(log, verdict.died_in, "before")))
-        if index is not None:
-            found["suspect"] = sources[index]
+        find("suspect", verdict.died_in, _launch_count(log, verdict.died_in, "before"))
     elif verdict.last_completed is not None:
-        index = nth(verdict.last_completed, max(1, _launch_count(log, verdict.last_completed, "after")))
-        if index is not None:
-            found["suspect"] = sources[index]
-            if index + 1 < len(sources):
-                found["next"] = sources[index + 1]
+        index = find("suspect", verdict.last_completed, _launch_count(log, verdict.last_completed, "after"))
+        if index is not None and index + 1 < len(sources):
+            found["next"] = sources[index + 1]
     if verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel is not None:
-        index = nth(verdict.first_nonfinite.kernel)
-        if index is not None:
-            found["nonfinite"] = sources[index]
+        find("nonfinite", verdict.first_nonfinite.kernel)
     diverged = (verdict.numerics or {}).get("diverged")
     if isinstance(diverged, dict) and isinstance(diverged.get("kernel"), str):
-        index = nth(diverged["kernel"])
-        if index is not None:
-            found["divergent"] = sources[index]
+        find("divergent", diverged["kernel"])
     return found
 
 
