@@ -238,10 +238,9 @@ def debug_rerun(
 
     def stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
         run = run_stage(name, env, prefix)
-        for attempt in range(2, flaky_reruns + 2) if len(verdict.stages) == 1 else ():
-            if run.reproduced:
-                break
-            run = run_stage(name, env, prefix, attempt)
+        is_first_stage = len(verdict.stages) == 1
+        while is_first_stage and not run.reproduced and run.attempt <= flaky_reruns:
+            run = run_stage(name, env, prefix, run.attempt + 1)
         return run
 
     def run_stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = (), attempt: int = 1) -> ChildRun:
