@@ -535,9 +535,13 @@ def check_model(
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
     observers: CallObservers = NO_OBSERVERS,
+    golden: Callable[[str, Any, CompiledModel], None] | None = None,
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
-    (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``)."""
+    (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``).
+
+    ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
+    ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots`)."""
     rtol, atol = _tolerance(rtol, "rtol"), _tolerance(atol, "atol")
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
@@ -608,6 +612,8 @@ def check_model(
                     f"{mismatch}\n\n{_random_explanation(random_ops, module)}", random_ops=random_ops
                 ) from None
             raise AOTIMismatchError(str(mismatch)) from None
+        if golden is not None:
+            golden("example" if number == 0 else f"more_inputs[{number - 1}]", actual, compiled)
     return compiled
 
 

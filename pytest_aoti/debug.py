@@ -196,6 +196,11 @@ def not_rerun_reason(
             "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot "
             "tell a wrong kernel from different draws"
         )
+    if failure_kind == "snapshot":
+        return (
+            "the outputs differ from golden outputs recorded earlier, or none may be recorded: a debug rerun "
+            "compares kernels with eager, which is not what changed (see the report's environment diff)"
+        )
     if setup_failed_before_aoti:
         return (
             "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "

@@ -87,6 +87,11 @@ class AOTIMismatchError(AssertionError):
         super().__init__(message)
 
 
+class AOTISnapshotError(AssertionError):
+    """A golden file disagrees with this run: different outputs, a golden missing where none may be recorded, or a
+    file that is not a readable golden file."""
+
+
 # What the parent does with a failure depends on its kind: one the package never saw is not rerun.
 FailureKind = Literal[
     "input_invariant",
@@ -94,6 +99,9 @@ FailureKind = Literal[
     "output_invariant",
     "mismatch",
     "random_mismatch",
+    # The package's outputs differ from golden outputs recorded earlier (eager agreed with the package, or was not
+    # asked): what changed is the environment or the model, not a kernel a debug rerun could point at.
+    "snapshot",
     "export",
     "compile",
     # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where the
@@ -121,6 +129,8 @@ def failure_kind(error: BaseException) -> FailureKind:
         return "output_nonfinite" if error.invariant == "output_nonfinite" else "output_invariant"
     if isinstance(error, AOTIMismatchError):
         return "random_mismatch" if error.random_ops else "mismatch"
+    if isinstance(error, AOTISnapshotError):
+        return "snapshot"
     if isinstance(error, AOTIExportError):
         return "export"
     if isinstance(error, AOTICompileError):

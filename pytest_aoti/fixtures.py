@@ -205,11 +205,32 @@ def aoti_compile(
 def aoti_check(
     request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
 ) -> Generator[Callable[..., CompiledModel], None, None]:
-    """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, ...)``: compile as
-    ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input set."""
-    from pytest_aoti.compiler import check_model
+    """``aoti_check(model, args, kwargs=None, *, more_inputs=(), rtol=None, atol=None, snapshot=False, ...)``:
+    compile as ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input
+    set; with ``snapshot=True`` also hold the package's outputs against golden outputs recorded earlier
+    (``snapshot_rtol``/``snapshot_atol``: that comparison's tolerances, default by dtype)."""
+    from pytest_aoti.compiler import check_flag, check_model
 
-    yield from _per_test_builder(check_model, request, aoti_device, tmp_path)
+    def check(
+        model: Any,
+        args: Any,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        snapshot: bool = False,
+        snapshot_rtol: float | None = None,
+        snapshot_atol: float | None = None,
+        **options: Any,
+    ) -> CompiledModel:
+        __tracebackhide__ = True
+        if check_flag(snapshot, "snapshot"):
+            from pytest_aoti.snapshot_plugin import golden_hook, snapshot_tolerance
+
+            rtol = snapshot_tolerance(snapshot_rtol, "snapshot_rtol")
+            atol = snapshot_tolerance(snapshot_atol, "snapshot_atol")
+            options["golden"] = golden_hook(request.node, rtol, atol)
+        return check_model(model, args, kwargs, **options)
+
+    yield from _per_test_builder(check, request, aoti_device, tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from pytest_aoti.reporting import (
     verdict_record,
 )
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
+from pytest_aoti.snapshot_plugin import SnapshotTracker
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
@@ -119,9 +120,10 @@ def attach_debug(
 
 
 class ParentSession:
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, snapshots: SnapshotTracker) -> None:
         self.config = config
         self.settings = settings
+        self.snapshots = snapshots
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
         if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
@@ -252,10 +254,11 @@ class ParentSession:
                         "subprocesses"
                     )
         stats = cache_stats(config)
-        if not verdicts and not poisoned and not stats:
+        snapshots = self.snapshots.summary_lines()
+        if not verdicts and not poisoned and not stats and not snapshots:
             return
         terminalreporter.write_sep("=", "aoti")
-        for line in [*verdicts, *poisoned]:
+        for line in [*verdicts, *poisoned, *snapshots]:
             terminalreporter.write_line(line)
         if stats:
             terminalreporter.write_line(cache_summary(stats))

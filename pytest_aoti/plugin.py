@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import fixtures
+from pytest_aoti import fixtures, snapshot_plugin
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
@@ -53,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
             _one_supervised_worker(config)
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
+    config.pluginmanager.register(snapshot_plugin, "aoti-snapshots")
     if in_child:
         from pytest_aoti.child_session import ChildSession
 
@@ -63,7 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from pytest_aoti.parent import ParentSession, XdistController
 
-    config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
+    tracker = snapshot_plugin.SnapshotTracker(config)
+    config.pluginmanager.register(tracker, "aoti-snapshot-tracker")
+    config.pluginmanager.register(ParentSession(config, settings, tracker), "aoti-parent-session")
     is_xdist_worker = hasattr(config, "workerinput")
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))

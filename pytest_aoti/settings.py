@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import inspect
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ FLAKY_RERUNS_DESC = (
     "when a debug rerun's first stage does not reproduce the failure, run it up to this many more times (with the "
     "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
     f"(default {DEFAULT_FLAKY_RERUNS}; 0: no extra runs)"
+)
+SNAPSHOT_DESC = (
+    "what a snapshot without golden outputs does: auto (record them, or fail when the CI environment variable is "
+    "set), write (record them) or fail (default auto)"
+)
+SNAPSHOT_UPDATE_DESC = (
+    "rewrite the golden outputs of every snapshot that runs (aoti_snapshot, aoti_check(snapshot=True))"
 )
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
@@ -84,6 +92,8 @@ class Settings:
     use_cache: bool
     cache_clear: bool
     cache_max_bytes: int
+    snapshot_missing: str = "write"  # "write" or "fail": what a snapshot without golden outputs does
+    snapshot_update: bool = False
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -135,6 +145,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
     option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini_type="bool", default=False)
     option("cache-max-mb", CACHE_MAX_MB_DESC, default=str(DEFAULT_CACHE_MAX_MB))
+    option("snapshot", SNAPSHOT_DESC, default="auto")
+    option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -207,6 +219,8 @@ def resolve(config: pytest.Config) -> Settings:
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(_value(config, "cache-clear")[0]),
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
+        snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
+        snapshot_update=bool(_value(config, "snapshot-update")[0]),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:
@@ -214,6 +228,20 @@ def resolve(config: pytest.Config) -> Settings:
             f"--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with {debugger}"
         )
     return settings
+
+
+def _in_ci() -> bool:
+    """The ``CI`` environment variable as CI services set it (``true``, ``1``); ``false``/``0``/empty: not CI."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _snapshot_missing(raw: Any, source: str) -> str:
+    value = str(raw).strip().lower()
+    if value not in ("auto", "write", "fail"):
+        raise pytest.UsageError(f"{source}: expected auto, write or fail, got {raw!r}")
+    if value == "auto":
+        return "fail" if _in_ci() else "write"
+    return value
 
 
 def _debugger_option(config: pytest.Config) -> str | None:
