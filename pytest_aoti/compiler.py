@@ -405,12 +405,21 @@ def compile_model(
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
     observers: CallObservers = NO_OBSERVERS,
+    bundle_io: bool = False,
 ) -> CompiledModel:
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
-    ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call."""
+    ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call.
+
+    ``bundle_io=True``: run the package once on ``args``/``kwargs`` and make ``package_path`` a copy in
+    ``package_dir`` that carries them, the outputs and the invariants (:mod:`pytest_aoti.verify`): the file to ship."""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
-    for flag, name in ((strict, "strict"), (allow_nonfinite, "allow_nonfinite"), (restride_inputs, "restride_inputs")):
+    for flag, name in (
+        (strict, "strict"),
+        (allow_nonfinite, "allow_nonfinite"),
+        (restride_inputs, "restride_inputs"),
+        (bundle_io, "bundle_io"),
+    ):
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
@@ -431,7 +440,7 @@ def compile_model(
                 package_path, from_cache = cache.store(key, built, compile_seconds), False
     runner = load_package(package_path, device, extract_dir=package_dir)
     spec = program_spec(exported)
-    return CompiledModel(
+    compiled = CompiledModel(
         package_path=package_path,
         exported_program=exported,
         device=device,
@@ -445,6 +454,23 @@ def compile_model(
         health_check=cuda_context_problem if device.type == "cuda" else None,
         observers=observers,
     )
+    if bundle_io:
+        _bundle_io(compiled, args, kwargs, package_dir, key if cache is not None else None)
+    return compiled
+
+
+def _bundle_io(
+    compiled: CompiledModel, args: tuple[Any, ...], kwargs: dict[str, Any], package_dir: Path, key: str | None
+) -> None:
+    """The package's outputs on the example inputs (its invariants checked), bundled into a copy to ship."""
+    from pytest_aoti.verify import write_bundled_io
+
+    outputs = compiled.call(_copied(args), _copied(kwargs))
+    bundled = package_dir / f"{compiled.package_path.stem[:16]}.bundled.pt2"
+    write_bundled_io(
+        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type, key
+    )
+    compiled.package_path = bundled
 
 
 def _check_tensor_outputs(exported: ExportedProgram) -> None:
@@ -536,12 +562,14 @@ def check_model(
     restride_inputs: bool = False,
     observers: CallObservers = NO_OBSERVERS,
     golden: Callable[[str, Any, CompiledModel], None] | None = None,
+    bundle_io: bool = False,
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
     (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``).
 
     ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
     ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots`)."""
+    __tracebackhide__ = True  # a failure shows the test's line and the message, not this function's body
     rtol, atol = _tolerance(rtol, "rtol"), _tolerance(atol, "atol")
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
@@ -558,6 +586,7 @@ def check_model(
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         observers=observers,
+        bundle_io=bundle_io,
     )
     module = as_module(model)
     for number, (call_args, call_kwargs) in enumerate(input_sets):

@@ -92,6 +92,10 @@ class AOTISnapshotError(AssertionError):
     file that is not a readable golden file."""
 
 
+class AOTIVerifyError(AssertionError):
+    """A package with bundled I/O does not verify on this machine, or is not such a package; names the file."""
+
+
 # What the parent does with a failure depends on its kind: one the package never saw is not rerun.
 FailureKind = Literal[
     "input_invariant",

@@ -449,3 +449,77 @@ def _check_finite(side: Literal["input", "output"], index: int, name: str | None
             else ""
         ),
     )
+
+
+def _dim_text(dim: Dim) -> str | int:
+    return dim if isinstance(dim, int) else str(dim)
+
+
+def _tensor_json(spec: TensorSpec | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    return {
+        "name": spec.name,
+        "shape": [_dim_text(d) for d in spec.shape],
+        "stride": [_dim_text(d) for d in spec.stride],
+        "dtype": str(spec.dtype).removeprefix("torch."),
+    }
+
+
+def spec_to_json(spec: ProgramSpec) -> dict[str, Any]:
+    """A JSON-able record of ``spec``, for a package that carries its own invariants (``pytest_aoti.verify``)."""
+    inputs: list[dict[str, Any]] = []
+    for entry in spec.inputs:
+        if isinstance(entry, ScalarSpec):
+            inputs.append({"scalar": entry.name, "value": repr(entry.value)})
+        else:
+            inputs.append({"tensor": _tensor_json(entry)})
+    return {
+        "inputs": inputs,
+        "outputs": [_tensor_json(entry) for entry in spec.outputs],
+        "ranges": [[str(expr), lo, hi] for expr, (lo, hi) in spec.ranges.items()],
+        "dim_names": {str(symbol): name for symbol, name in spec.dim_names.items()},
+    }
+
+
+def literal_value(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):  # inf, nan, an object's repr: compared as the text it was
+        return text
+
+
+def spec_from_json(data: dict[str, Any]) -> ProgramSpec:
+    """The inverse of :func:`spec_to_json`: dynamic dims come back as sympy expressions over integer symbols."""
+    import re
+
+    symbols: dict[str, sympy.Symbol] = {}
+
+    def dim(text: str | int) -> Dim:
+        if isinstance(text, int):
+            return text
+        for name in re.findall(r"[A-Za-z_]\w*", text):
+            symbols.setdefault(name, sympy.Symbol(name, integer=True, positive=True))
+        return sympy.sympify(text, locals=symbols)
+
+    def tensor(entry: dict[str, Any] | None) -> TensorSpec | None:
+        if entry is None:
+            return None
+        dtype = getattr(torch, entry["dtype"])
+        return TensorSpec(
+            entry["name"], tuple(dim(d) for d in entry["shape"]), tuple(dim(d) for d in entry["stride"]), dtype
+        )
+
+    inputs: list[TensorSpec | ScalarSpec] = []
+    for entry in data["inputs"]:
+        if "scalar" in entry:
+            inputs.append(ScalarSpec(entry["scalar"], literal_value(entry["value"])))
+        else:
+            parsed = tensor(entry["tensor"])
+            assert parsed is not None
+            inputs.append(parsed)
+    ranges = {sympy.sympify(dim(expr)): (lo, hi) for expr, lo, hi in data["ranges"]}
+    names = {symbols.get(key, sympy.Symbol(key)): value for key, value in data["dim_names"].items()}
+    return ProgramSpec(tuple(inputs), tuple(tensor(entry) for entry in data["outputs"]), ranges, names)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import fixtures, snapshot_plugin
+from pytest_aoti import fixtures, snapshot_plugin, verify_plugin
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     config.pluginmanager.register(snapshot_plugin, "aoti-snapshots")
+    config.pluginmanager.register(verify_plugin, "aoti-verify")
     if in_child:
         from pytest_aoti.child_session import ChildSession
 

@@ -52,6 +52,10 @@ SNAPSHOT_DESC = (
 SNAPSHOT_UPDATE_DESC = (
     "rewrite the golden outputs of every snapshot that runs (aoti_snapshot, aoti_check(snapshot=True))"
 )
+VERIFY_DESC = (
+    "collect .pt2 packages given as arguments (or found in given directories) as tests: each is loaded here and "
+    "checked against its bundled inputs and golden outputs (built with aoti_compile(..., bundle_io=True))"
+)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
@@ -94,6 +98,7 @@ class Settings:
     cache_max_bytes: int
     snapshot_missing: str = "write"  # "write" or "fail": what a snapshot without golden outputs does
     snapshot_update: bool = False
+    verify: bool = False
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -147,6 +152,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("cache-max-mb", CACHE_MAX_MB_DESC, default=str(DEFAULT_CACHE_MAX_MB))
     option("snapshot", SNAPSHOT_DESC, default="auto")
     option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
+    option("verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -221,6 +227,7 @@ def resolve(config: pytest.Config) -> Settings:
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
         snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
         snapshot_update=bool(_value(config, "snapshot-update")[0]),
+        verify=bool(_value(config, "verify")[0]),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_aoti.protocol import CHILD_ENV
 from pytest_aoti.settings import settings_key
+from pytest_aoti.snapshot_files import golden_files, snapshot_path
 
 if TYPE_CHECKING:
     from pytest_aoti.compiler import CompiledModel
@@ -33,7 +34,7 @@ def test_goldens(item: pytest.Item) -> GoldenOutputs:
     """The item's golden outputs, opened at its first snapshot. A debug rerun never writes into the user's tree:
     there, a snapshot without golden outputs is not compared, and nothing is updated."""
     if goldens_key not in item.stash:
-        from pytest_aoti.snapshots import GoldenOutputs, snapshot_path
+        from pytest_aoti.snapshots import GoldenOutputs
 
         settings = item.config.stash[settings_key]
         debug_rerun = os.environ.get(CHILD_ENV, "") not in ("", "isolate")
@@ -156,8 +157,6 @@ class SnapshotTracker:
         )
 
     def unused(self) -> list[Path]:
-        from pytest_aoti.snapshots import golden_files, snapshot_path
-
         if self._selected_part():
             return []
         by_file: dict[str, list[str]] = {}

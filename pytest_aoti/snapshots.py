@@ -22,7 +22,6 @@ import platform
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,21 +32,9 @@ import torch.utils._pytree as pytree
 from pytest_aoti.errors import AOTISnapshotError
 
 FORMAT = "pytest-aoti snapshot 1"
-SNAPSHOT_DIR = "__aoti_snapshots__"
 # The package a golden was recorded with is worth showing, not diffing: a weight edit changes it by design.
 PACKAGE_KEY = "package"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-\[\]=,+]")
-
-
-def snapshot_path(test_file: Path, test_id: str) -> Path:
-    """Where the golden file of the test ``test_id`` (its node id without the file: ``TestA::test_b[x]``) lives."""
-    name = _UNSAFE.sub("_", test_id.replace("::", "."))
-    if len(name) > 200:  # file names end at 255 bytes; keep the start readable and the whole id in a hash
-        import hashlib
-
-        name = name[:180] + "-" + hashlib.sha256(test_id.encode()).hexdigest()[:16]
-    return test_file.parent / SNAPSHOT_DIR / test_file.stem / f"{name}.safetensors"
 
 
 def device_class(value: Any) -> str:
@@ -301,6 +288,7 @@ class GoldenFile:
         }
         handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".safetensors", dir=self.path.parent)
         os.close(handle)
+        readable_as_umask_allows(partial)
         try:
             save_file(self.tensors, partial, metadata=metadata)
             os.replace(partial, self.path)
@@ -461,7 +449,9 @@ class GoldenOutputs:
         return "\n".join(lines)
 
 
-def golden_files(directory: Path) -> Iterator[Path]:
-    """The golden files under one test file's snapshot directory."""
-    if directory.is_dir():
-        yield from sorted(path for path in directory.glob("*.safetensors") if not path.name.startswith(".partial-"))
+def readable_as_umask_allows(path: str) -> None:
+    """mkstemp makes files only their owner can read; a golden file (committed) or a package (shipped) is made as
+    ``open`` would make it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)

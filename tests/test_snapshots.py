@@ -1,0 +1,157 @@
+"""Golden outputs and self-verifying packages, end to end with real compiles: a user suite records its goldens,
+passes, catches a weight edit that eager shares, fails in CI without a golden, updates; a package built with bundled
+I/O verifies from a directory without the model's source, and a bit-flipped copy fails clearly."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from tests.conftest import RunPytest, junit_cases, plugin_args
+
+USER_TESTS = """
+import os
+import shutil
+
+import torch
+
+from aoti_models import MLP
+
+
+class Tree(torch.nn.Module):
+    def forward(self, x):
+        return {"scaled": (x * 2, x.sum()), "low": (x + 1).to(torch.bfloat16)}
+
+
+def mlp():
+    model = MLP().eval()
+    if os.environ.get("EDIT_WEIGHT"):  # a retrained checkpoint: eager and the package move together
+        with torch.no_grad():
+            model.first.weight[0, 0] += 1e-3
+    return model
+
+
+def test_check(aoti_check):
+    aoti_check(mlp(), (torch.randn(4, 8),), snapshot=True)
+
+
+def test_tree(aoti_compile, aoti_snapshot):
+    compiled = aoti_compile(Tree(), (torch.randn(3, 2),))
+    aoti_snapshot(compiled(torch.ones(3, 2)))
+
+
+def test_ship(aoti_compile):
+    compiled = aoti_compile(MLP().eval(), (torch.randn(4, 8),), bundle_io=True)
+    os.makedirs("dist", exist_ok=True)
+    shutil.copy(compiled.package_path, "dist/mlp.pt2")
+"""
+
+GOLDENS = Path("__aoti_snapshots__") / "test_user"
+
+
+def _flip_a_byte_of_the_library(package: Path, copy: Path) -> None:
+    data = bytearray(package.read_bytes())
+    with zipfile.ZipFile(package) as archive:
+        library = next(info for info in archive.infolist() if info.filename.endswith(".so"))
+    start = library.header_offset + 30 + len(library.filename.encode()) + len(library.extra)
+    data[start + library.file_size // 2] ^= 0x01
+    copy.write_bytes(bytes(data))
+
+
+def test_goldens_record_match_catch_drift_and_update(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_user=USER_TESTS)
+    monkeypatch.delenv("CI", raising=False)
+    check_golden, tree_golden = (
+        pytester.path / GOLDENS / "test_check.safetensors",
+        pytester.path / GOLDENS / ("test_tree.safetensors"),
+    )
+
+    # 1. The first run records every golden and says so.
+    first = run_pytest("-p", "no:logging")
+    first.assert_outcomes(passed=3)
+    first.stdout.fnmatch_lines(
+        [
+            f"aoti snapshot written (new golden outputs: review and commit it): {check_golden} "
+            "(check0.example: written)",
+            f"aoti snapshot written *{tree_golden} (snapshot0: written)",
+        ]
+    )
+    with safe_open(str(tree_golden), framework="pt") as stored:
+        names = set(stored.keys())
+        assert stored.get_tensor("cpu/snapshot0['low']").dtype.__repr__() == "torch.bfloat16"  # no conversion
+    assert names == {"cpu/snapshot0['scaled'][0]", "cpu/snapshot0['scaled'][1]", "cpu/snapshot0['low']"}
+
+    # 2. The second run matches them, and writes nothing.
+    second = run_pytest("-p", "no:logging")
+    second.assert_outcomes(passed=3)
+    assert "aoti snapshot" not in second.stdout.str()
+
+    # 3. A weight edit that eager shares: aoti_check's eager comparison passes, the golden does not.
+    monkeypatch.setenv("EDIT_WEIGHT", "1")
+    drift = run_pytest("-p", "no:logging", "--aoti-debug", "--junitxml=drift.xml")
+    drift.assert_outcomes(passed=2, failed=1)
+    text = drift.stdout.str()
+    assert "snapshot 'check0.example' differs from its golden outputs (cpu, dtype defaults)" in text
+    needed = re.search(r"passes with atol >= (\S+) \(at rtol 1.3e-06\)", text)
+    assert needed is not None and 1e-5 < float(needed.group(1)) < 1e-2, text
+    assert "environment diff (recorded → now): none" in text
+    assert "the package is not the one the golden was recorded with" in text
+    # Not a kernel's fault: no debug rerun.
+    assert "verdict: not rerun: the outputs differ from golden outputs recorded earlier" in text
+    assert "stage kernels" not in text
+    assert junit_cases(pytester.path / "drift.xml")["test_check"]["outcomes"] == ["failure"]
+
+    # 4. In CI a golden that is missing fails the test, and a golden no test uses is listed.
+    tree_golden.unlink()
+    stale = pytester.path / GOLDENS / "test_renamed.safetensors"
+    stale.write_bytes(check_golden.read_bytes())
+    monkeypatch.setenv("CI", "true")
+    ci = run_pytest("-p", "no:logging", "--aoti-snapshot-update", "-k", "test_check")
+    ci.assert_outcomes(passed=1, deselected=2)
+    assert "aoti snapshot updated" in ci.stdout.str() and "unused" not in ci.stdout.str()  # -k: cannot know
+    missing = run_pytest("-p", "no:logging")
+    missing.assert_outcomes(passed=2, failed=1)
+    missing.stdout.fnmatch_lines(
+        [
+            "*no golden outputs for snapshot 'snapshot0' on cpu in *test_tree.safetensors; this run may not record "
+            "them (CI is set, or --aoti-snapshot=fail)*",
+            "aoti snapshots unused (1 golden file(s) no test used; delete them if stale):",
+            f"  {stale}",
+        ]
+    )
+    assert not tree_golden.exists()
+
+    # 5. Updated, the edited model passes again (outside CI).
+    monkeypatch.delenv("CI")
+    run_pytest("-p", "no:logging").assert_outcomes(passed=3)
+    assert tree_golden.exists()
+
+    # 6. The shipped package verifies from a directory without the model's source or any test; a flipped byte fails.
+    dist = pytester.path / "dist"
+    _flip_a_byte_of_the_library(dist / "mlp.pt2", dist / "flipped.pt2")
+    deploy = pytester.path / "deploy"
+    deploy.mkdir()
+    verified = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--aoti-verify", str(dist),
+         "-rA", "--junitxml=verify.xml"],
+        cwd=deploy, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert "1 failed, 1 passed" in verified.stdout
+    assert re.search(r"flipped.pt2: corrupted: archive member \S+\.so fails its CRC check", verified.stdout)
+    assert "outputs match the bundled golden outputs (dtype defaults)" in verified.stdout
+    cases = junit_cases(deploy / "verify.xml")
+    assert cases["verify[flipped.pt2]"]["outcomes"] == ["failure"] and cases["verify[mlp.pt2]"]["outcomes"] == []
+    cli = subprocess.run(
+        [sys.executable, "-m", "pytest_aoti.verify", str(dist / "mlp.pt2")], cwd=deploy, capture_output=True, text=True
+    )
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert f"ok {dist / 'mlp.pt2'} on cpu" in cli.stdout
