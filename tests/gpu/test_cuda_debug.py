@@ -417,3 +417,65 @@ def test_device_assert_under_plain_aoti_debug_ends_only_its_test(
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_embedding", "test_cuda_after", "test_cpu_after"}
     assert cases["test_embedding"]["outcomes"] == ["failure"]
+
+
+GOLDEN_TESTS = """
+import os
+import shutil
+
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return {"logits": h, "low": torch.softmax(h, -1).to(torch.bfloat16)}
+
+
+def test_golden(aoti_check, aoti_device):
+    torch.manual_seed(0)
+    aoti_check(Head().eval(), (torch.randn(4, 16),), snapshot=True)
+
+
+def test_ship(aoti_compile, aoti_device):
+    torch.manual_seed(0)
+    compiled = aoti_compile(Head().eval(), (torch.randn(4, 16),), bundle_io=True)
+    os.makedirs("dist", exist_ok=True)
+    shutil.copy(compiled.package_path, "dist/head.pt2")
+"""
+
+
+def test_goldens_and_a_self_verifying_package_on_cuda(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """Record golden outputs on the GPU (the environment names the GPU), match them on the second run, and verify
+    the CUDA package with bundled I/O from a directory without the model's source."""
+    _write(pytester, GOLDEN_TESTS)
+    first = run_pytest("-p", "no:logging")
+    _keep("golden_first", first)
+    first.assert_outcomes(passed=2)
+    assert "aoti snapshot written" in first.stdout.str()
+    second = run_pytest("-p", "no:logging")
+    _keep("golden_second", second)
+    second.assert_outcomes(passed=2)
+    assert "aoti snapshot written" not in second.stdout.str()
+    from safetensors import safe_open
+
+    golden = pytester.path / "__aoti_snapshots__" / "test_user" / "test_golden.safetensors"
+    with safe_open(str(golden), framework="pt") as stored:
+        assert "cuda/check0.example['low']" in set(stored.keys())
+        environments = stored.metadata()["environments"]
+    assert '"gpu": "NVIDIA' in environments and "sm_" in environments
+    deploy = pytester.path / "deploy"
+    deploy.mkdir()
+    verified = subprocess.run(
+        [sys.executable, "-m", "pytest_aoti.verify", str(pytester.path / "dist" / "head.pt2")],
+        cwd=deploy, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    evidence = os.environ.get("AOTI_GPU_EVIDENCE_DIR")
+    if evidence:
+        Path(evidence, "golden_verify.txt").write_text(verified.stdout + verified.stderr)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "on cuda:0" in verified.stdout and "environment diff (recorded → now): none" in verified.stdout
