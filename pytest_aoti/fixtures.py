@@ -123,15 +123,18 @@ def _builder(
             options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
         options.setdefault("allow_nonfinite", allow_nonfinite)
         options.setdefault("restride_inputs", restride_inputs)
-        compiled = core(
-            as_module(model).to(device),
-            _moved(args, device),
-            _moved(kwargs, device),
-            package_dir=package_dir,
-            cache=cache,
-            observers=observers,
-            **options,
-        )
+        from pytest_aoti.benchmark_plugin import device_lock
+
+        with device_lock(config, exclusive=False):  # under xdist with benchmarks: no compile while one is timed
+            compiled = core(
+                as_module(model).to(device),
+                _moved(args, device),
+                _moved(kwargs, device),
+                package_dir=package_dir,
+                cache=cache,
+                observers=observers,
+                **options,
+            )
         record.append(compiled)
         return compiled
 

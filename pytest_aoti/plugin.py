@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import fixtures, snapshot_plugin, verify_plugin
+from pytest_aoti import benchmark_plugin, fixtures, snapshot_plugin, verify_plugin
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
@@ -55,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     config.pluginmanager.register(snapshot_plugin, "aoti-snapshots")
     config.pluginmanager.register(verify_plugin, "aoti-verify")
+    config.pluginmanager.register(benchmark_plugin, "aoti-benchmarks")
     if in_child:
         from pytest_aoti.child_session import ChildSession
 
@@ -67,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     tracker = snapshot_plugin.SnapshotTracker(config)
     config.pluginmanager.register(tracker, "aoti-snapshot-tracker")
+    config.pluginmanager.register(benchmark_plugin.BenchmarkTracker(config), "aoti-benchmark-tracker")
     config.pluginmanager.register(ParentSession(config, settings, tracker), "aoti-parent-session")
     is_xdist_worker = hasattr(config, "workerinput")
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:

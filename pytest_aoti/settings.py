@@ -56,6 +56,13 @@ VERIFY_DESC = (
     "collect .pt2 packages given as arguments (or found in given directories) as tests: each is loaded here and "
     "checked against its bundled inputs and golden outputs (built with aoti_compile(..., bundle_io=True))"
 )
+BENCHMARK_DESC = "run tests that use aoti_benchmark (skipped otherwise) and compare them with their stored baselines"
+BENCHMARK_UPDATE_DESC = "record the baselines of the benchmarks that run (for this machine)"
+BENCHMARK_TOLERANCE_DESC = (
+    "how much slower than its baseline a benchmark may be before the significance test is asked (default 0.1: 10 %)"
+)
+BENCHMARK_JSON_DESC = "write every benchmark's figures and comparison to this JSON file (for dashboards)"
+BENCHMARK_MIN_TIME_DESC = "seconds each side (package, eager) of a benchmark is timed for at least (default 1)"
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
@@ -99,6 +106,11 @@ class Settings:
     snapshot_missing: str = "write"  # "write" or "fail": what a snapshot without golden outputs does
     snapshot_update: bool = False
     verify: bool = False
+    benchmark: bool = False
+    benchmark_update: bool = False
+    benchmark_tolerance: float = 0.1
+    benchmark_json: Path | None = None
+    benchmark_min_time: float = 1.0
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -153,6 +165,11 @@ def add_options(parser: pytest.Parser) -> None:
     option("snapshot", SNAPSHOT_DESC, default="auto")
     option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
     option("verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
+    option("benchmark", BENCHMARK_DESC, flag=True, ini_type="bool", default=False)
+    option("benchmark-update", BENCHMARK_UPDATE_DESC, flag=True, ini_type="bool", default=False)
+    option("benchmark-tolerance", BENCHMARK_TOLERANCE_DESC, default="0.1")
+    option("benchmark-json", BENCHMARK_JSON_DESC, default="")
+    option("benchmark-min-time", BENCHMARK_MIN_TIME_DESC, default="1")
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -228,6 +245,11 @@ def resolve(config: pytest.Config) -> Settings:
         snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
         snapshot_update=bool(_value(config, "snapshot-update")[0]),
         verify=bool(_value(config, "verify")[0]),
+        benchmark=bool(_value(config, "benchmark")[0]) or bool(_value(config, "benchmark-update")[0]),
+        benchmark_update=bool(_value(config, "benchmark-update")[0]),
+        benchmark_tolerance=_fraction(*_value(config, "benchmark-tolerance")),
+        benchmark_json=_path_option(config, "benchmark-json"),
+        benchmark_min_time=_positive_number(*_value(config, "benchmark-min-time"), what="seconds", at_most=3600),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:
@@ -235,6 +257,28 @@ def resolve(config: pytest.Config) -> Settings:
             f"--aoti-debug/--aoti-isolate run tests in subprocesses and cannot be combined with {debugger}"
         )
     return settings
+
+
+def _fraction(raw: Any, source: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{source}: expected a fraction >= 0 (0.1 = 10 %), got {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise pytest.UsageError(f"{source}: expected a fraction >= 0 (0.1 = 10 %), got {raw!r}")
+    return value
+
+
+def _path_option(config: pytest.Config, name: str) -> Path | None:
+    """A path from the command line is relative to where pytest started, from the ini file to the rootdir."""
+    raw, _ = _value(config, name)
+    if not str(raw).strip():
+        return None
+    path = Path(str(raw)).expanduser()
+    if path.is_absolute():
+        return path
+    from_cli = config.getoption("aoti_" + name.replace("-", "_")) is not None
+    return (config.invocation_params.dir if from_cli else config.rootpath) / path
 
 
 def _in_ci() -> bool:

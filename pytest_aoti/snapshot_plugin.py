@@ -47,7 +47,7 @@ def test_goldens(item: pytest.Item) -> GoldenOutputs:
     return item.stash[goldens_key]
 
 
-def _package_key(compiled: CompiledModel) -> str | None:
+def package_key(compiled: CompiledModel) -> str | None:
     """The package's cache key (its file name in the cache), which changes with the model, weights and options."""
     stem = compiled.package_path.stem
     return stem if len(stem) == 64 and all(c in "0123456789abcdef" for c in stem) else None
@@ -61,7 +61,7 @@ def golden_hook(item: pytest.Item, rtol: float | None, atol: float | None) -> Ca
 
     def check(label: str, outputs: Any, compiled: CompiledModel) -> None:
         __tracebackhide__ = True
-        goldens.check(f"{name}.{label}", outputs, rtol=rtol, atol=atol, package_key=_package_key(compiled))
+        goldens.check(f"{name}.{label}", outputs, rtol=rtol, atol=atol, package_key=package_key(compiled))
 
     return check
 
