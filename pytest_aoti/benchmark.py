@@ -66,13 +66,19 @@ def _rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _timed(call: Callable[[], Any], min_run_time: float) -> list[float]:
+def _timed(call: Callable[[], Any], min_run_time: float, clock: str) -> list[float]:
     from torch.utils.benchmark import Timer
 
     with torch.no_grad():
         for _ in range(3):  # warm-up: first calls allocate, pick algorithms, fill caches
             call()
-        measurement = Timer(stmt="call()", globals={"call": call}).blocked_autorange(min_run_time=min_run_time)
+        # "cpu": this process's CPU seconds (all its threads), which other processes on a busy machine do not
+        # inflate the way they inflate wall time; blind to time spent waiting (sleep, I/O, the GPU).
+        if clock == "cpu":
+            timer = Timer(stmt="call()", globals={"call": call}, timer=time.process_time)
+        else:
+            timer = Timer(stmt="call()", globals={"call": call})
+        measurement = timer.blocked_autorange(min_run_time=min_run_time)
     return [float(t) for t in measurement.times]
 
 
@@ -84,9 +90,10 @@ def measure(
     package: Path,
     device: torch.device,
     min_run_time: float,
+    clock: str = "wall",
 ) -> Figures:
     """``load()`` loads the package (timed and measured for memory), ``run(runner)`` calls it once, ``eager()``
-    calls the model."""
+    calls the model. ``clock``: ``wall`` (CUDA-synchronized wall time) or ``cpu`` (this process's CPU time)."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
@@ -111,8 +118,8 @@ def measure(
             run(runner)
         torch.cuda.synchronize(device)
         run_memory = torch.cuda.max_memory_allocated(device) - before
-    times = _timed(lambda: run(runner), min_run_time)
-    eager_times = _timed(eager, min_run_time)
+    times = _timed(lambda: run(runner), min_run_time, clock)
+    eager_times = _timed(eager, min_run_time, clock)
     return Figures(
         times=times,
         eager_times=eager_times,
@@ -166,7 +173,7 @@ def compare(
         f"tolerance {tolerance:.0%}, Mann-Whitney p={p_value:.2g})"
     )
     changed = []
-    if baseline.get("torch") != torch.__version__:
+    if baseline.get("torch") and baseline["torch"] != torch.__version__:
         changed.append(f"torch {baseline.get('torch')} → {torch.__version__}")
     if baseline.get("package") and package_key and baseline["package"] != package_key:
         changed.append("the package changed (model, weights or compile options)")

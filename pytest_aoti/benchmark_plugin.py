@@ -169,6 +169,7 @@ def aoti_benchmark(
                 package=compiled.package_path,
                 device=aoti_device,
                 min_run_time=run_time,
+                clock="wall" if aoti_device.type == "cuda" else settings.benchmark_clock,
             )
         path = _baseline_file(item)
         test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name

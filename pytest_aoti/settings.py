@@ -62,6 +62,10 @@ BENCHMARK_TOLERANCE_DESC = (
     "how much slower than its baseline a benchmark may be before the significance test is asked (default 0.1: 10 %)"
 )
 BENCHMARK_JSON_DESC = "write every benchmark's figures and comparison to this JSON file (for dashboards)"
+BENCHMARK_CLOCK_DESC = (
+    "what a benchmark times: wall (CUDA-synchronized wall time, default) or cpu (the process's CPU time: steadier "
+    "on a machine busy with other work, blind to sleeping, I/O and GPU time; CPU packages only)"
+)
 BENCHMARK_MIN_TIME_DESC = "seconds each side (package, eager) of a benchmark is timed for at least (default 1)"
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
@@ -111,6 +115,7 @@ class Settings:
     benchmark_tolerance: float = 0.1
     benchmark_json: Path | None = None
     benchmark_min_time: float = 1.0
+    benchmark_clock: str = "wall"
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -170,6 +175,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("benchmark-tolerance", BENCHMARK_TOLERANCE_DESC, default="0.1")
     option("benchmark-json", BENCHMARK_JSON_DESC, default="")
     option("benchmark-min-time", BENCHMARK_MIN_TIME_DESC, default="1")
+    option("benchmark-clock", BENCHMARK_CLOCK_DESC, default="wall")
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -250,6 +256,7 @@ def resolve(config: pytest.Config) -> Settings:
         benchmark_tolerance=_fraction(*_value(config, "benchmark-tolerance")),
         benchmark_json=_path_option(config, "benchmark-json"),
         benchmark_min_time=_positive_number(*_value(config, "benchmark-min-time"), what="seconds", at_most=3600),
+        benchmark_clock=_choice(*_value(config, "benchmark-clock"), ("wall", "cpu")),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:
@@ -286,10 +293,15 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _snapshot_missing(raw: Any, source: str) -> str:
+def _choice(raw: Any, source: str, choices: tuple[str, ...]) -> str:
     value = str(raw).strip().lower()
-    if value not in ("auto", "write", "fail"):
-        raise pytest.UsageError(f"{source}: expected auto, write or fail, got {raw!r}")
+    if value not in choices:
+        raise pytest.UsageError(f"{source}: expected {', '.join(choices[:-1])} or {choices[-1]}, got {raw!r}")
+    return value
+
+
+def _snapshot_missing(raw: Any, source: str) -> str:
+    value = _choice(raw, source, ("auto", "write", "fail"))
     if value == "auto":
         return "fail" if _in_ci() else "write"
     return value

@@ -479,3 +479,26 @@ def test_goldens_and_a_self_verifying_package_on_cuda(pytester: pytest.Pytester,
         Path(evidence, "golden_verify.txt").write_text(verified.stdout + verified.stderr)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "on cuda:0" in verified.stdout and "environment diff (recorded → now): none" in verified.stdout
+
+
+def test_benchmark_baseline_then_a_planted_slowdown_on_cuda(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Record a CUDA package's baseline (its run memory measured on the GPU), pass against it, then fail with the
+    planted slowdown naming the ratio."""
+    from tests.test_benchmarks import BENCHMARKED
+
+    _write(pytester, BENCHMARKED)
+    quick = ("--aoti-benchmark-min-time=0.5", "-p", "no:logging")
+    recorded = run_pytest("--aoti-benchmark-update", *quick)
+    _keep("benchmark_record", recorded)
+    recorded.assert_outcomes(passed=1)
+    again = run_pytest("--aoti-benchmark", "--aoti-benchmark-tolerance=20", *quick)
+    _keep("benchmark_again", again)
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["test_speed.py::test_speed *ms*load +*MiB, run *MiB"])
+    monkeypatch.setenv("PLANT_SLOWDOWN", "1")
+    slow = run_pytest("--aoti-benchmark", *quick)
+    _keep("benchmark_slow", slow)
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(["*aoti_benchmark: slower than the baseline: *x the baseline's median*"])
