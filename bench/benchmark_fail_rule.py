@@ -23,14 +23,31 @@ from pytest_aoti import benchmark
 from pytest_aoti.compiler import compile_model, load_package
 
 SPIN_SECONDS = [0.0]
+GPU_CYCLES_PER_SECOND = [0.0]
 
 
 @torch.library.custom_op("aoti_bench::spin", mutates_args=())
 def spin(x: torch.Tensor) -> torch.Tensor:
-    end = time.perf_counter() + SPIN_SECONDS[0]
-    while time.perf_counter() < end:
-        pass
+    """The planted slowdown: busy time on the device the model runs on (a CPU busy-wait would overlap the GPU's
+    queued kernels and slow a CUDA package by less than planted)."""
+    if SPIN_SECONDS[0] and x.is_cuda:
+        torch.cuda._sleep(int(SPIN_SECONDS[0] * GPU_CYCLES_PER_SECOND[0]))
+    else:
+        end = time.perf_counter() + SPIN_SECONDS[0]
+        while time.perf_counter() < end:
+            pass
     return x.clone()
+
+
+def _calibrate_gpu_sleep() -> None:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 50_000_000
+    torch.cuda._sleep(cycles)  # warm-up
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    GPU_CYCLES_PER_SECOND[0] = cycles / (start.elapsed_time(end) / 1e3)
 
 
 @spin.register_fake
@@ -39,10 +56,10 @@ def _(x: torch.Tensor) -> torch.Tensor:
 
 
 class Model(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, width: int) -> None:
         super().__init__()
-        self.up = torch.nn.Linear(256, 1024)
-        self.down = torch.nn.Linear(1024, 256)
+        self.up = torch.nn.Linear(256, width)
+        self.down = torch.nn.Linear(width, 256)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(spin(torch.relu(self.up(x))))
@@ -63,13 +80,18 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     options = parser.parse_args()
     device = torch.device(options.device)
+    if device.type == "cuda":
+        _calibrate_gpu_sleep()
     hogs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(options.hogs)]
     for hog in hogs:
         hog.start()
     try:
         torch.manual_seed(0)
-        model = Model().eval().to(device)
-        x = torch.randn(64, 256, device=device)
+        # On a GPU, a model big enough that its kernels, not the launches, set the pace (a slowdown planted in GPU
+        # time would otherwise hide behind the CPU's launch overhead).
+        cuda = device.type == "cuda"
+        model = Model(8192 if cuda else 1024).eval().to(device)
+        x = torch.randn(8192 if cuda else 64, 256, device=device)
         with tempfile.TemporaryDirectory() as work:
             compiled = compile_model(model, (x,), package_dir=Path(work))
             package = compiled.package_path

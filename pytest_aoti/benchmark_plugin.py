@@ -245,10 +245,17 @@ def summary_table(records: list[dict[str, Any]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
 def _memory_cell(record: dict[str, Any]) -> str:
     parts = []
     if record["load_memory_bytes"] is not None:
-        parts.append(f"load +{record['load_memory_bytes'] / 2**20:.1f} MiB")
+        parts.append(f"load +{_size(record['load_memory_bytes'])}")
     if record["run_memory_bytes"] is not None:
-        parts.append(f"run {record['run_memory_bytes'] / 2**20:.1f} MiB")
+        parts.append(f"run {_size(record['run_memory_bytes'])}")
     return ", ".join(parts) or "n/a"
