@@ -196,7 +196,7 @@ def aoti_benchmark(
     return bench
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
 class BenchmarkTracker:
     """In the session the user started: the summary table and ``--aoti-benchmark-json``."""
 

@@ -25,8 +25,21 @@ from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
 from pytest_aoti.cache import PackageCache
-from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError, AOTIMismatchError
-from pytest_aoti.invariants import ProgramSpec, check_inputs, check_outputs, flatten_inputs, program_spec
+from pytest_aoti.errors import (
+    AOTICompileError,
+    AOTIExportError,
+    AOTIInvariantError,
+    AOTIMismatchError,
+    AOTISpecializationError,
+)
+from pytest_aoti.invariants import (
+    ProgramSpec,
+    TensorSpec,
+    check_inputs,
+    check_outputs,
+    flatten_inputs,
+    program_spec,
+)
 
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel
@@ -344,9 +357,49 @@ def load_package(path: Path, device: torch.device, extract_dir: Path | None = No
         return _load_package(path, device)
 
 
+# x86 vector ISAs in the order a CPU that has one has the ones before it.
+_ISA_RANK = {"": 0, "DEFAULT": 0, "INVALIDVECISA": 0, "AVX2": 1, "AVX512": 2}
+
+
+def package_device_problem(path: Path, device: torch.device) -> str | None:
+    """Why this machine cannot run the package as built, from the metadata AOTI records at compile time (platform,
+    CPU architecture and vector ISA, device, GPU compute capability), or None. torch itself only logs a warning for
+    a mismatch and goes on to crash or fail later; this is checked before loading."""
+    import platform
+    import sys
+
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader
+        metadata = loader.load_metadata_from_package(str(path), "model")  # type: ignore[attr-defined]
+    except Exception:  # an older or unusual package: the loader itself says what is wrong with it
+        return None
+    built_for = metadata.get("AOTI_DEVICE_KEY", "")
+    if built_for and built_for != device.type:
+        return f"the package was built for {built_for}, asked to load on {device}"
+    machine = {"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": platform.machine()}
+    for key, here in machine.items():
+        if metadata.get(key) and metadata[key] != here:
+            return (
+                f"the package was built for {key.removeprefix('AOTI_').lower()} {metadata[key]}; this machine is {here}"
+            )
+    isa, here_isa = metadata.get("AOTI_CPU_ISA", ""), torch.backends.cpu.get_cpu_capability().upper()
+    if isa in _ISA_RANK and here_isa in _ISA_RANK and _ISA_RANK[isa] > _ISA_RANK[here_isa]:
+        return f"the package was built for CPU ISA {isa}; this CPU supports {here_isa}"
+    capability = metadata.get("AOTI_COMPUTE_CAPABILITY", "").replace(".", "")
+    if device.type == "cuda" and capability and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device)
+        if capability != f"{major}{minor}":
+            name = torch.cuda.get_device_name(device)
+            return f"the package's kernels were built for compute capability {capability}; {name} is {major}{minor}"
+    return None
+
+
 def _load_package(path: Path, device: torch.device) -> Any:
     phases.mark("load", str(path))
     device_index = device.index if device.type == "cuda" and device.index is not None else -1
+    problem = package_device_problem(path, device)
+    if problem is not None:
+        raise AOTICompileError(f"{path.name}: {problem}", stage="load")
     try:
         # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
         # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
@@ -406,12 +459,16 @@ def compile_model(
     restride_inputs: bool = False,
     observers: CallObservers = NO_OBSERVERS,
     bundle_io: bool = False,
+    allow_specialized_dims: bool = False,
 ) -> CompiledModel:
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call.
 
     ``bundle_io=True``: run the package once on ``args``/``kwargs`` and make ``package_path`` a copy in
-    ``package_dir`` that carries them, the outputs and the invariants (:mod:`pytest_aoti.verify`): the file to ship."""
+    ``package_dir`` that carries them, the outputs and the invariants (:mod:`pytest_aoti.verify`): the file to ship.
+
+    A dim ``dynamic_shapes`` asks to be dynamic that export made static fails here, before compiling
+    (:func:`specialized_dims`), unless ``allow_specialized_dims=True``."""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
     for flag, name in (
@@ -419,12 +476,19 @@ def compile_model(
         (allow_nonfinite, "allow_nonfinite"),
         (restride_inputs, "restride_inputs"),
         (bundle_io, "bundle_io"),
+        (allow_specialized_dims, "allow_specialized_dims"),
     ):
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     _check_tensor_outputs(exported)
+    if not allow_specialized_dims:
+        specialized = specialized_dims(module, args, kwargs, dynamic_shapes, program_spec(exported))
+        if specialized:
+            raise AOTISpecializationError(
+                "; ".join(specialized) + " (pass allow_specialized_dims=True if a static dim is intended)"
+            )
 
     if cache is None:
         package_path, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
@@ -484,18 +548,19 @@ def _check_tensor_outputs(exported: ExportedProgram) -> None:
             )
 
 
-def dim_names(
+def _requested_dims(
     module: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     dynamic_shapes: Any,
     spec: ProgramSpec,
-) -> dict[Any, str]:
-    """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
-    speak the user's language. Empty where the mapping cannot be made."""
+) -> list[tuple[TensorSpec, int, Any, int]]:
+    """``(input spec, axis, what the user gave for it, the example's size)`` for every dim ``dynamic_shapes`` names
+    (a ``Dim``, ``Dim.AUTO``, ``Dim.DYNAMIC``, ``Dim.STATIC``); empty for a ``dynamic_shapes`` form this walk does not
+    know."""
     if not dynamic_shapes:
-        return {}
-    from torch.export.dynamic_shapes import Dim, _combine_args, _DerivedDim, _tree_map_with_path
+        return []
+    from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
 
     dims_of: dict[int, Any] = {}
     try:
@@ -507,25 +572,77 @@ def dim_names(
             combined,
             dynamic_shapes,
         )
-    except Exception:  # a dynamic_shapes form this walk does not know: names stay torch's
-        return {}
-    from pytest_aoti.invariants import TensorSpec
-
-    names: dict[Any, str] = {}
+    except Exception:
+        return []
+    requested: list[tuple[TensorSpec, int, Any, int]] = []
     tensor_specs = [s for s in spec.inputs if isinstance(s, TensorSpec)]
     tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
     for tensor, tensor_spec in zip(tensors, tensor_specs, strict=False):
         dims = dims_of.get(id(tensor))
         items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
         for axis, dim in items:
-            if not isinstance(dim, Dim) or axis >= len(tensor_spec.shape):
-                continue
-            expr = tensor_spec.shape[axis]
-            symbols: set[Any] = getattr(expr, "free_symbols", set())
-            if len(symbols) == 1:
-                root = dim.root if isinstance(dim, _DerivedDim) else dim
-                names.setdefault(next(iter(symbols)), root.__name__)
+            if dim is not None and isinstance(axis, int) and axis < len(tensor_spec.shape):
+                requested.append((tensor_spec, axis, dim, int(tensor.shape[axis])))
+    return requested
+
+
+def dim_names(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    spec: ProgramSpec,
+) -> dict[Any, str]:
+    """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
+    speak the user's language. Empty where the mapping cannot be made."""
+    from torch.export.dynamic_shapes import Dim, _DerivedDim
+
+    names: dict[Any, str] = {}
+    for tensor_spec, axis, dim, _ in _requested_dims(module, args, kwargs, dynamic_shapes, spec):
+        symbols: set[Any] = getattr(tensor_spec.shape[axis], "free_symbols", set())
+        if isinstance(dim, Dim) and len(symbols) == 1:
+            root = dim.root if isinstance(dim, _DerivedDim) else dim
+            names.setdefault(next(iter(symbols)), root.__name__)
     return names
+
+
+def _dim_label(dim: Any) -> str:
+    from torch.export.dynamic_shapes import _DimHint
+
+    if isinstance(dim, _DimHint):
+        return f"Dim.{dim.type.name}"
+    return f"Dim({getattr(dim, '__name__', str(dim))!r})"
+
+
+def specialized_dims(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    spec: ProgramSpec,
+) -> list[str]:
+    """Each dim requested dynamic that export fixed to a number (``Dim.AUTO`` does it silently): the package then
+    accepts only the example's size, and traffic of other sizes fails where it is deployed."""
+    from torch.export.dynamic_shapes import _DimHint, _DimHintType
+
+    found = []
+    for tensor_spec, axis, dim, example in _requested_dims(module, args, kwargs, dynamic_shapes, spec):
+        if isinstance(dim, _DimHint) and dim.type == _DimHintType.STATIC:
+            continue
+        exported = tensor_spec.shape[axis]
+        if not isinstance(exported, int):
+            continue
+        cause = (
+            f"the example's size is {example}, and export specializes sizes 0 and 1: give an example of size >= 2"
+            if example in (0, 1)
+            else f"the model uses this size as a constant (int(x.shape[{axis}]), a branch on it, or a tensor built "
+            "from it)"
+        )
+        found.append(
+            f"input {tensor_spec.name!r} dim {axis} ({_dim_label(dim)}) was specialized to {exported} by export; the "
+            f"package accepts only {exported}. Likely cause: {cause}"
+        )
+    return found
 
 
 def _copied(value: Any) -> Any:
@@ -563,6 +680,7 @@ def check_model(
     observers: CallObservers = NO_OBSERVERS,
     golden: Callable[[str, Any, CompiledModel], None] | None = None,
     bundle_io: bool = False,
+    allow_specialized_dims: bool = False,
 ) -> CompiledModel:
     """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
     (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``).
@@ -587,6 +705,7 @@ def check_model(
         restride_inputs=restride_inputs,
         observers=observers,
         bundle_io=bundle_io,
+        allow_specialized_dims=allow_specialized_dims,
     )
     module = as_module(model)
     for number, (call_args, call_kwargs) in enumerate(input_sets):

@@ -67,6 +67,14 @@ class AOTIExportError(Exception):
         super().__init__(f"export failed: {summary}")
 
 
+class AOTISpecializationError(AOTIExportError):
+    """Export made static a dim that ``dynamic_shapes`` asked to be dynamic: the package accepts only one size."""
+
+    def __init__(self, summary: str) -> None:
+        self.summary = summary
+        Exception.__init__(self, summary)
+
+
 class AOTICompileError(Exception):
     """``aoti_compile_and_package`` (or loading its result) failed. ``summary`` is a one-line description."""
 

@@ -119,7 +119,7 @@ def pytest_runtest_makereport(
     return report
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
 class SnapshotTracker:
     """In the session the user started: which tests were collected and which golden files they used, for the
     summary (written and updated goldens, and golden files no test used, as syrupy lists them)."""

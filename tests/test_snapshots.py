@@ -4,6 +4,7 @@ I/O verifies from a directory without the model's source, and a bit-flipped copy
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -62,6 +63,16 @@ def _flip_a_byte_of_the_library(package: Path, copy: Path) -> None:
     start = library.header_offset + 30 + len(library.filename.encode()) + len(library.extra)
     data[start + library.file_size // 2] ^= 0x01
     copy.write_bytes(bytes(data))
+
+
+def _built_for_another_machine(package: Path, copy: Path) -> None:
+    """The package with AOTI's recorded build metadata naming an ARM machine."""
+    with zipfile.ZipFile(package) as reader, zipfile.ZipFile(copy, "w") as writer:
+        for info in reader.infolist():
+            data = reader.read(info)
+            if info.filename.endswith("wrapper_metadata.json"):
+                data = json.dumps({**json.loads(data), "AOTI_MACHINE": "aarch64"}).encode()
+            writer.writestr(info, data)
 
 
 def test_goldens_record_match_catch_drift_and_update(
@@ -155,3 +166,13 @@ def test_goldens_record_match_catch_drift_and_update(
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert f"ok {dist / 'mlp.pt2'} on cpu" in cli.stdout
+
+    # 7. The environment guard: a package whose build metadata names another machine is refused at load, in one line.
+    _built_for_another_machine(dist / "mlp.pt2", deploy / "arm.pt2")
+    guarded = subprocess.run(
+        [sys.executable, "-m", "pytest_aoti.verify", "arm.pt2"], cwd=deploy, capture_output=True, text=True
+    )
+    assert guarded.returncode == 1
+    assert "arm.pt2: the package was built for machine aarch64; this machine is x86_64" in guarded.stdout, (
+        guarded.stdout + guarded.stderr
+    )
