@@ -352,9 +352,9 @@ def _extracting_into(directory: Path | None) -> Iterator[None]:
             os.environ["TMPDIR"] = previous
 
 
-def load_package(path: Path, device: torch.device, extract_dir: Path | None = None) -> Any:
+def load_package(path: Path, device: torch.device, extract_dir: Path | None = None, *, num_runners: int = 1) -> Any:
     with _extracting_into(extract_dir):
-        return _load_package(path, device)
+        return _load_package(path, device, num_runners)
 
 
 # x86 vector ISAs in the order a CPU that has one has the ones before it.
@@ -394,7 +394,7 @@ def package_device_problem(path: Path, device: torch.device) -> str | None:
     return None
 
 
-def _load_package(path: Path, device: torch.device) -> Any:
+def _load_package(path: Path, device: torch.device, num_runners: int = 1) -> Any:
     phases.mark("load", str(path))
     device_index = device.index if device.type == "cuda" and device.index is not None else -1
     problem = package_device_problem(path, device)
@@ -403,10 +403,13 @@ def _load_package(path: Path, device: torch.device) -> Any:
     try:
         # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
         # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
-        runner = AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index))
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, num_runners, device_index)
+        runner = AOTICompiledModel(loader)
     except RuntimeError:
         try:
-            runner = torch._inductor.aoti_load_package(str(path), device_index=device_index)
+            from torch._inductor.package import load_package as inductor_load_package
+
+            runner = inductor_load_package(str(path), num_runners=num_runners, device_index=device_index)
         except Exception as error:
             raise AOTICompileError(one_line(error), stage="load") from error
     phases.mark("loaded", str(path))

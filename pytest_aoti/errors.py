@@ -104,6 +104,11 @@ class AOTIVerifyError(AssertionError):
     """A package with bundled I/O does not verify on this machine, or is not such a package; names the file."""
 
 
+class AOTIDeployError(AssertionError):
+    """A deployment check (``@pytest.mark.aoti_deploy``, ``--aoti-deploy-check``) found what breaks where the
+    package is deployed: it does not run in a fresh interpreter, or not from several threads."""
+
+
 # What the parent does with a failure depends on its kind: one the package never saw is not rerun.
 FailureKind = Literal[
     "input_invariant",
@@ -114,6 +119,8 @@ FailureKind = Literal[
     # The package's outputs differ from golden outputs recorded earlier (eager agreed with the package, or was not
     # asked): what changed is the environment or the model, not a kernel a debug rerun could point at.
     "snapshot",
+    # A deployment check: what a deployment lacks, or a concurrency failure, told by the check itself.
+    "deploy",
     "export",
     "compile",
     # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where the
@@ -143,6 +150,8 @@ def failure_kind(error: BaseException) -> FailureKind:
         return "random_mismatch" if error.random_ops else "mismatch"
     if isinstance(error, AOTISnapshotError):
         return "snapshot"
+    if isinstance(error, AOTIDeployError):
+        return "deploy"
     if isinstance(error, AOTIExportError):
         return "export"
     if isinstance(error, AOTICompileError):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti.errors import AOTICompileError, AOTIExportError, failure_kind
-from pytest_aoti.settings import item_settings, settings_key
+from pytest_aoti.settings import DeployRequest, item_settings, settings_key
 
 if TYPE_CHECKING:
     import torch
@@ -108,9 +108,11 @@ def _builder(
     *,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
+    deploy: DeployRequest | None = None,
 ) -> Callable[..., CompiledModel]:
     """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
-    input moved to ``device``, the session's cache, and build failures turned into test failures."""
+    input moved to ``device``, the session's cache, and build failures turned into test failures. ``deploy``: the
+    deployment checks each built package gets (``@pytest.mark.aoti_deploy``, ``--aoti-deploy-check``)."""
     from pytest_aoti.compiler import as_module
 
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
@@ -119,6 +121,7 @@ def _builder(
 
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
+        __tracebackhide__ = True
         if isinstance(options.get("more_inputs"), list | tuple):  # anything else: check_model names what is wrong
             options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
         options.setdefault("allow_nonfinite", allow_nonfinite)
@@ -136,9 +139,27 @@ def _builder(
                 **options,
             )
         record.append(compiled)
+        if deploy is not None and (deploy.standalone or deploy.threads):
+            _deploy_checks(compiled, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
         return compiled
 
     return build
+
+
+def _deploy_checks(
+    compiled: CompiledModel, deploy: DeployRequest, args: Any, kwargs: dict[str, Any], package_dir: Path
+) -> None:
+    __tracebackhide__ = True
+    from pytest_aoti.deploy import check_standalone, check_threads
+
+    if deploy.threads:
+        check_threads(
+            compiled, tuple(args), kwargs, threads=deploy.threads, calls=deploy.calls, num_runners=deploy.num_runners
+        )
+    if deploy.standalone:
+        check_standalone(
+            compiled, tuple(args), kwargs, package_dir / f"standalone-{len(list(package_dir.glob('standalone-*')))}"
+        )
 
 
 # Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it: where
@@ -187,6 +208,7 @@ def _per_test_builder(
         record,
         allow_nonfinite=resolved.allow_nonfinite,
         restride_inputs=resolved.restride_inputs,
+        deploy=resolved.deploy,
     )
     for compiled in record:
         compiled.release()

@@ -59,7 +59,8 @@ VERIFY_DESC = (
 BENCHMARK_DESC = "run tests that use aoti_benchmark (skipped otherwise) and compare them with their stored baselines"
 BENCHMARK_UPDATE_DESC = "record the baselines of the benchmarks that run (for this machine)"
 BENCHMARK_TOLERANCE_DESC = (
-    "how much slower than its baseline a benchmark may be before the significance test is asked (default 0.1: 10 %)"
+    "how much slower than its baseline a benchmark may be, as a fraction, before the significance test is asked "
+    "(default 0.1: a tenth)"
 )
 BENCHMARK_JSON_DESC = "write every benchmark's figures and comparison to this JSON file (for dashboards)"
 BENCHMARK_CLOCK_DESC = (
@@ -67,6 +68,10 @@ BENCHMARK_CLOCK_DESC = (
     "on a machine busy with other work, blind to sleeping, I/O and GPU time; CPU packages only)"
 )
 BENCHMARK_MIN_TIME_DESC = "seconds each side (package, eager) of a benchmark is timed for at least (default 1)"
+DEPLOY_CHECK_DESC = (
+    "check that every package the aoti fixtures build runs stand-alone: in a fresh interpreter, from an empty "
+    "directory, with an empty Inductor cache and without the tests' directories on sys.path"
+)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 
 DEFAULT_RERUN_TIMEOUT = 900.0
@@ -110,6 +115,7 @@ class Settings:
     snapshot_missing: str = "write"  # "write" or "fail": what a snapshot without golden outputs does
     snapshot_update: bool = False
     verify: bool = False
+    deploy_check: bool = False
     benchmark: bool = False
     benchmark_update: bool = False
     benchmark_tolerance: float = 0.1
@@ -170,6 +176,7 @@ def add_options(parser: pytest.Parser) -> None:
     option("snapshot", SNAPSHOT_DESC, default="auto")
     option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
     option("verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
+    option("deploy-check", DEPLOY_CHECK_DESC, flag=True, ini_type="bool", default=False)
     option("benchmark", BENCHMARK_DESC, flag=True, ini_type="bool", default=False)
     option("benchmark-update", BENCHMARK_UPDATE_DESC, flag=True, ini_type="bool", default=False)
     option("benchmark-tolerance", BENCHMARK_TOLERANCE_DESC, default="0.1")
@@ -251,6 +258,7 @@ def resolve(config: pytest.Config) -> Settings:
         snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
         snapshot_update=bool(_value(config, "snapshot-update")[0]),
         verify=bool(_value(config, "verify")[0]),
+        deploy_check=bool(_value(config, "deploy-check")[0]),
         benchmark=bool(_value(config, "benchmark")[0]) or bool(_value(config, "benchmark-update")[0]),
         benchmark_update=bool(_value(config, "benchmark-update")[0]),
         benchmark_tolerance=_fraction(*_value(config, "benchmark-tolerance")),
@@ -384,6 +392,21 @@ def _aoti_isolate_signature(*, timeout: float | None = None) -> None: ...
 def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = False) -> None: ...
 
 
+def _aoti_deploy_signature(
+    *, standalone: bool = False, threads: int = 0, calls: int = 4, num_runners: int = 4
+) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """Which deployment checks run on each package a test builds (``@pytest.mark.aoti_deploy``)."""
+
+    standalone: bool = False
+    threads: int = 0  # 0: no concurrency check
+    calls: int = 4
+    num_runners: int = 4
+
+
 MARKERS = {
     "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=None): when the test fails, rerun it alone "
     "in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel; stages "
@@ -392,6 +415,9 @@ MARKERS = {
     "and 'minify' (the repro bundle's graph shrunk to the fewest failing nodes)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
+    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4): check each package the "
+    "test builds as it will be deployed: stand-alone in a fresh interpreter (standalone=True; every package with "
+    "--aoti-deploy-check), and from `threads` threads x `calls` calls with num_runners runners",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
     "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
 }
@@ -399,6 +425,7 @@ _SIGNATURES: dict[str, Callable[..., None]] = {
     "aoti_ima": _aoti_ima_signature,
     "aoti_isolate": _aoti_isolate_signature,
     "aoti": _aoti_signature,
+    "aoti_deploy": _aoti_deploy_signature,
 }
 AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
@@ -412,6 +439,7 @@ class ItemSettings:
     isolate_timeout: float
     allow_nonfinite: bool
     restride_inputs: bool
+    deploy: DeployRequest = DeployRequest()
 
 
 def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
@@ -511,12 +539,33 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
         isolate_reason = None
     aoti_args = marker_arguments(item, "aoti") or {}
     where = f"{item.nodeid}: @pytest.mark.aoti"
+    deploy = _deploy_request(item, settings)
     return ItemSettings(
         debug=debug,
         isolate_reason=isolate_reason,
         isolate_timeout=isolate_timeout if isolate_timeout is not None else settings.rerun_timeout,
         allow_nonfinite=_flag(aoti_args.get("allow_nonfinite", False), where, "allow_nonfinite"),
         restride_inputs=_flag(aoti_args.get("restride_inputs", False), where, "restride_inputs"),
+        deploy=deploy,
+    )
+
+
+def _count_argument(value: Any, where: str, name: str, *, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise pytest.UsageError(f"{where}: {name}= expected a whole number >= {least}, got {value!r}")
+    return value
+
+
+def _deploy_request(item: pytest.Item, settings: Settings) -> DeployRequest:
+    args = marker_arguments(item, "aoti_deploy")
+    if args is None:
+        return DeployRequest(standalone=settings.deploy_check)
+    where = f"{item.nodeid}: @pytest.mark.aoti_deploy"
+    return DeployRequest(
+        standalone=_flag(args["standalone"], where, "standalone") or settings.deploy_check,
+        threads=_count_argument(args["threads"], where, "threads", least=0),
+        calls=_count_argument(args["calls"], where, "calls", least=1),
+        num_runners=_count_argument(args["num_runners"], where, "num_runners", least=1),
     )
 
 

@@ -67,12 +67,8 @@ def _cpu() -> tuple[str, str]:
                 break
     except OSError:
         pass
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        isa = str(pick_vec_isa()) or "none"
-    except Exception as error:
-        isa = f"unknown ({type(error).__name__})"
+    # ATen's CPU capability (AVX2, AVX512, …): what Inductor's ISA probe finds, without compiling test programs.
+    isa = torch.backends.cpu.get_cpu_capability()
     return model, isa
 
 

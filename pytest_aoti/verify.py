@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from pytest_aoti import snapshots
-from pytest_aoti.errors import AOTIVerifyError
+from pytest_aoti.errors import AOTICompileError, AOTIVerifyError
 from pytest_aoti.invariants import (
     check_inputs,
     check_outputs,
@@ -230,7 +230,10 @@ def verify_package(
     changed = snapshots.environment_diff(recorded, now)
     env_line = "environment diff (recorded → now): " + ("; ".join(changed) if changed else "none")
     with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as extract:
-        runner = load_package(path, run_device, extract_dir=Path(extract))
+        try:
+            runner = load_package(path, run_device, extract_dir=Path(extract))
+        except AOTICompileError as error:  # the environment guard, or the loader: one line naming the file
+            raise AOTIVerifyError(f"{path}: {error}") from None
         try:
             bound, run_with = check_inputs(spec, flat, run_device)
             args, kwargs = pytree.tree_unflatten(run_with, in_spec)

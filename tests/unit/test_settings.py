@@ -44,6 +44,9 @@ def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
         ("aoti(allow_nan=True)", "aoti: got an unexpected keyword argument 'allow_nan'"),
         ("aoti(allow_nonfinite='false')", "aoti: allow_nonfinite= expected True or False, got 'false'"),
         ("aoti(restride_inputs=1)", "aoti: restride_inputs= expected True or False, got 1"),
+        ("aoti_deploy(threads=-1)", "aoti_deploy: threads= expected a whole number >= 0, got -1"),
+        ("aoti_deploy(num_runners=0)", "aoti_deploy: num_runners= expected a whole number >= 1, got 0"),
+        ("aoti_deploy(standalone='yes')", "aoti_deploy: standalone= expected True or False, got 'yes'"),
     ],
 )
 def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, marker: str, message: str) -> None:

@@ -1,0 +1,162 @@
+"""Deployment checks: what passes every test in the process that built a package, then breaks where it is deployed.
+
+- :func:`check_standalone`: the package, with its example inputs and outputs bundled, loaded and run by
+  ``python -m pytest_aoti.verify`` in a fresh interpreter, from an empty directory, with an empty Inductor cache and
+  without the test's directories on ``sys.path``. A package that calls a custom op needs the op's module (or
+  library) there too; the failure names the op and where it is defined.
+- :func:`check_threads`: the package loaded with ``num_runners=N`` and called from several threads at once, each on
+  its own inputs, must give what serial calls give (AOTI packages have raised IMAs under concurrency).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.errors import AOTIDeployError
+
+_MISSING_OP = re.compile(
+    r"(?:Could not find schema for|No such operator|Could not find any kernel for)\s+(\w+::\w+(?:\.\w+)?)\b"
+)
+
+
+def _interpreter_env(workdir: Path) -> dict[str, str]:
+    """The environment of a deployment: no PYTHONPATH but what imports pytest-aoti itself (when it is not
+    installed), an empty Inductor cache."""
+    import pytest_aoti
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    plugin_root = Path(pytest_aoti.__file__).resolve().parent.parent
+    if "site-packages" not in plugin_root.parts and "dist-packages" not in plugin_root.parts:
+        env["PYTHONPATH"] = str(plugin_root)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "empty-inductor-cache")
+    return env
+
+
+def _defined_in(op_name: str) -> str:
+    from pytest_aoti.cache import custom_op_function
+
+    function = custom_op_function(op_name)
+    module = sys.modules.get(getattr(function, "__module__", ""), None)
+    if module is None:
+        return "a library loaded at run time (torch.ops.load_library)"
+    return f"module {module.__name__} ({getattr(module, '__file__', '?')})"
+
+
+def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> str:
+    """Bundle ``compiled``'s package with these inputs and the outputs it gives here, then verify it in a fresh
+    interpreter (:mod:`pytest_aoti.verify`). Returns what the fresh interpreter printed; raises
+    :class:`AOTIDeployError` naming what the package needs that a deployment would lack."""
+    __tracebackhide__ = True
+    from pytest_aoti.cache import custom_op_names
+    from pytest_aoti.verify import write_bundled_io
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    outputs = compiled.call(args, kwargs)
+    bundled = workdir / "standalone.pt2"
+    write_bundled_io(
+        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type
+    )
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest_aoti.verify", bundled.name],
+        cwd=workdir,
+        env=_interpreter_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    text = run.stdout + run.stderr
+    if run.returncode == 0:
+        return run.stdout
+    lines = text.strip().splitlines() or [f"exit status {run.returncode}"]
+    said = next((line for line in lines if line.startswith("FAILED ")), lines[-1])
+    missing = _MISSING_OP.search(text)
+    ops = [missing.group(1)] if missing else custom_op_names(compiled.exported_program)
+    if ops:
+        needs = "; ".join(f"{op} (defined in {_defined_in(op)})" for op in ops)
+        raise AOTIDeployError(
+            f"standalone: the package does not run in a fresh interpreter: it calls custom op(s) {needs}, which a "
+            "deployment must import (or load) before loading the package (a Python custom op needs Python and that "
+            "module where the package runs; a C++ deployment needs the op registered in C++, TORCH_LIBRARY)\n"
+            f"the fresh interpreter said: {said}"
+        )
+    raise AOTIDeployError(f"standalone: the package does not run in a fresh interpreter; it said: {said}")
+
+
+def _perturbed(value: Any, step: int) -> Any:
+    """Each thread's own inputs: floating tensors shifted by a thread-specific amount, everything else as given."""
+    return pytree.tree_map(
+        lambda leaf: leaf + 0.01 * step if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() else leaf,
+        value,
+    )
+
+
+def check_threads(
+    compiled: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    threads: int,
+    calls: int,
+    num_runners: int,
+) -> None:
+    """``threads`` threads x ``calls`` calls on the package loaded with ``num_runners`` runners, each thread on its
+    own inputs, against the outputs of serial calls on the same inputs. Raises :class:`AOTIDeployError` naming the
+    thread, call and output that differed, or what a call raised."""
+    __tracebackhide__ = True
+    from pytest_aoti.compiler import load_package
+
+    inputs = [_perturbed((tuple(args), kwargs), step) for step in range(threads)]
+    with torch.no_grad():
+        expected = [compiled.runner(*thread_args, **thread_kwargs) for thread_args, thread_kwargs in inputs]
+    with tempfile.TemporaryDirectory(prefix="pytest-aoti-threads-") as extract:
+        runner = load_package(compiled.package_path, compiled.device, Path(extract), num_runners=num_runners)
+        problems: list[str] = []
+        lock = threading.Lock()
+
+        def work(runner: Any, step: int) -> None:
+            thread_args, thread_kwargs = inputs[step]
+            for call in range(calls):
+                try:
+                    with torch.no_grad():
+                        got = runner(*thread_args, **thread_kwargs)
+                    if compiled.device.type == "cuda":
+                        torch.cuda.synchronize(compiled.device)
+                except Exception as error:  # a thread's failure is the finding, not a crash of the check
+                    with lock:
+                        problems.append(f"thread {step} call {call} raised {type(error).__name__}: {error}")
+                    return
+                for index, (want, have) in enumerate(
+                    zip(pytree.tree_leaves(expected[step]), pytree.tree_leaves(got), strict=True)
+                ):
+                    if isinstance(want, torch.Tensor) and not torch.equal(want, have):
+                        diff = (want.double() - have.double()).abs().max().item()
+                        with lock:
+                            problems.append(
+                                f"thread {step} call {call} output {index} differs from the serial call "
+                                f"(max abs diff {diff:.4g})"
+                            )
+                        return
+
+        workers = [threading.Thread(target=work, args=(runner, step)) for step in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        del runner
+    if problems:
+        raise AOTIDeployError(
+            f"threads: {threads} threads x {calls} calls on the package loaded with num_runners={num_runners}: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+        )

@@ -1,0 +1,63 @@
+"""Deployment checks with real compiles: a package runs stand-alone (a fresh interpreter, an empty Inductor cache,
+no test directory on sys.path) or fails naming the custom op and its module; 8 threads on a num_runners=4 package
+give what serial calls give."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import RunPytest, junit_cases
+
+HELPER_OPS = """
+import torch
+
+
+@torch.library.custom_op("aoti_deploy_tests::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+"""
+
+DEPLOY_TESTS = """
+import pytest
+import torch
+
+from aoti_models import MLP
+from helper_ops import twice
+
+
+class WithHelperOp(torch.nn.Module):
+    def forward(self, x):
+        return twice(x.sin()) + 1
+
+
+@pytest.mark.aoti_deploy(standalone=True, threads=8, num_runners=4)
+def test_self_contained(aoti_compile):
+    aoti_compile(MLP().eval(), (torch.randn(4, 8),))
+
+
+def test_needs_its_helper_module(aoti_compile):
+    aoti_compile(WithHelperOp(), (torch.randn(4, 8),))
+
+"""
+
+
+def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    pytester.makepyfile(helper_ops=HELPER_OPS, test_deploy=DEPLOY_TESTS)
+    result = run_pytest("--aoti-deploy-check", "-p", "no:logging", "--junitxml=r.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert (
+        "standalone: the package does not run in a fresh interpreter: it calls custom op(s) aoti_deploy_tests::twice "
+        f"(defined in module helper_ops ({pytester.path / 'helper_ops.py'}))"
+    ) in text
+    assert "Could not find schema for aoti_deploy_tests::twice" in text
+    # A deployment check's failure is not a kernel's: no debug rerun, even under --aoti-debug (not asked here).
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["test_self_contained"]["outcomes"] == [] and cases["test_needs_its_helper_module"]["outcomes"] == [
+        "failure"
+    ]
