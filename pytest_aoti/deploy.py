@@ -160,3 +160,44 @@ def check_threads(
             + "; ".join(problems[:5])
             + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
         )
+
+
+def check_weights(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """A weight swap as a deployment does it: the package's constants (``get_constant_fqns``) must cover the
+    model's ``state_dict``; ``load_constants`` with other weights must give what eager gives with them; swapping back
+    must give the original outputs again. Raises :class:`AOTIDeployError` naming the keys or the step that failed."""
+    __tracebackhide__ = True
+    from pytest_aoti.compiler import load_package
+
+    state = {key: value.detach() for key, value in module.state_dict().items()}
+    program = compiled.exported_program
+    known = {**program.state_dict, **program.constants}
+    with tempfile.TemporaryDirectory(prefix="pytest-aoti-weights-") as extract:
+        runner = load_package(compiled.package_path, compiled.device, Path(extract))
+        fqns = list(runner.get_constant_fqns())
+        missing = sorted(set(state) - set(fqns))
+        if missing:
+            raise AOTIDeployError(
+                f"weights: the package's constants lack state_dict entries {', '.join(missing)}: a weight swap "
+                "(load_constants) cannot change them, because Inductor compiled their values into the package (small "
+                "tensors are inlined: compile with inductor_configs={'always_keep_tensor_constants': True} to keep "
+                f"them swappable); its swappable constants are {', '.join(sorted(fqns)) or 'none'}"
+            )
+        generator = torch.Generator(device="cpu").manual_seed(1)
+        swapped = {
+            key: value + 0.1 * torch.randn(value.shape, generator=generator).to(value)
+            if value.is_floating_point()
+            else value
+            for key, value in state.items()
+        }
+        for label, weights in (("other weights", swapped), ("the original weights, swapped back", state)):
+            constants = {fqn: weights.get(fqn, known.get(fqn)) for fqn in fqns}
+            try:
+                runner.load_constants(constants, check_full_update=True)
+                with torch.no_grad():
+                    got = runner(*args, **kwargs)
+                    want = torch.func.functional_call(module, weights, tuple(args), kwargs)
+                torch.testing.assert_close(got, want)
+            except (RuntimeError, AssertionError) as error:
+                raise AOTIDeployError(f"weights: after load_constants with {label}, the package {error}") from None
+        del runner

@@ -139,19 +139,27 @@ def _builder(
                 **options,
             )
         record.append(compiled)
-        if deploy is not None and (deploy.standalone or deploy.threads):
-            _deploy_checks(compiled, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
+        if deploy is not None and (deploy.standalone or deploy.threads or deploy.weights):
+            module = as_module(model).to(device)
+            _deploy_checks(compiled, module, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
         return compiled
 
     return build
 
 
 def _deploy_checks(
-    compiled: CompiledModel, deploy: DeployRequest, args: Any, kwargs: dict[str, Any], package_dir: Path
+    compiled: CompiledModel,
+    module: torch.nn.Module,
+    deploy: DeployRequest,
+    args: Any,
+    kwargs: dict[str, Any],
+    package_dir: Path,
 ) -> None:
     __tracebackhide__ = True
-    from pytest_aoti.deploy import check_standalone, check_threads
+    from pytest_aoti.deploy import check_standalone, check_threads, check_weights
 
+    if deploy.weights:
+        check_weights(compiled, module, tuple(args), kwargs)
     if deploy.threads:
         check_threads(
             compiled, tuple(args), kwargs, threads=deploy.threads, calls=deploy.calls, num_runners=deploy.num_runners

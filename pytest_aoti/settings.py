@@ -393,7 +393,7 @@ def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = Fa
 
 
 def _aoti_deploy_signature(
-    *, standalone: bool = False, threads: int = 0, calls: int = 4, num_runners: int = 4
+    *, standalone: bool = False, threads: int = 0, calls: int = 4, num_runners: int = 4, weights: bool = False
 ) -> None: ...
 
 
@@ -405,6 +405,7 @@ class DeployRequest:
     threads: int = 0  # 0: no concurrency check
     calls: int = 4
     num_runners: int = 4
+    weights: bool = False  # swap the weights through load_constants and back
 
 
 MARKERS = {
@@ -415,9 +416,10 @@ MARKERS = {
     "and 'minify' (the repro bundle's graph shrunk to the fewest failing nodes)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
-    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4): check each package the "
-    "test builds as it will be deployed: stand-alone in a fresh interpreter (standalone=True; every package with "
-    "--aoti-deploy-check), and from `threads` threads x `calls` calls with num_runners runners",
+    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4, weights=False): check each "
+    "package the test builds as it will be deployed: stand-alone in a fresh interpreter (standalone=True; every "
+    "package with --aoti-deploy-check), from `threads` threads x `calls` calls with num_runners runners, and a weight "
+    "swap through load_constants and back (weights=True)",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
     "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
 }
@@ -566,6 +568,7 @@ def _deploy_request(item: pytest.Item, settings: Settings) -> DeployRequest:
         threads=_count_argument(args["threads"], where, "threads", least=0),
         calls=_count_argument(args["calls"], where, "calls", least=1),
         num_runners=_count_argument(args["num_runners"], where, "num_runners", least=1),
+        weights=_flag(args["weights"], where, "weights"),
     )
 
 

@@ -1,6 +1,7 @@
 """Deployment checks with real compiles: a package runs stand-alone (a fresh interpreter, an empty Inductor cache,
 no test directory on sys.path) or fails naming the custom op and its module; 8 threads on a num_runners=4 package
-give what serial calls give."""
+give what serial calls give; a weight swap through load_constants and back matches eager, or names the weights the
+package inlined."""
 
 from __future__ import annotations
 
@@ -43,19 +44,31 @@ def test_self_contained(aoti_compile):
 def test_needs_its_helper_module(aoti_compile):
     aoti_compile(WithHelperOp(), (torch.randn(4, 8),))
 
+
+@pytest.mark.aoti_deploy(weights=True)
+def test_weight_swap(aoti_compile):
+    aoti_compile(MLP().eval(), (torch.randn(4, 8),), inductor_configs={"always_keep_tensor_constants": True})
+
+
+@pytest.mark.aoti_deploy(weights=True)
+def test_weight_swap_of_inlined_constants(aoti_compile):
+    aoti_compile(MLP().eval(), (torch.randn(4, 8),))
+
 """
 
 
 def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(helper_ops=HELPER_OPS, test_deploy=DEPLOY_TESTS)
     result = run_pytest("--aoti-deploy-check", "-p", "no:logging", "--junitxml=r.xml")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     text = result.stdout.str()
     assert (
         "standalone: the package does not run in a fresh interpreter: it calls custom op(s) aoti_deploy_tests::twice "
         f"(defined in module helper_ops ({pytester.path / 'helper_ops.py'}))"
     ) in text
     assert "Could not find schema for aoti_deploy_tests::twice" in text
+    assert "weights: the package's constants lack state_dict entries second.bias: a weight swap" in text
+    assert "always_keep_tensor_constants" in text
     # A deployment check's failure is not a kernel's: no debug rerun, even under --aoti-debug (not asked here).
     cases = junit_cases(pytester.path / "r.xml")
     assert cases["test_self_contained"]["outcomes"] == [] and cases["test_needs_its_helper_module"]["outcomes"] == [
