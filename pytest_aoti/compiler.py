@@ -352,9 +352,16 @@ def _extracting_into(directory: Path | None) -> Iterator[None]:
             os.environ["TMPDIR"] = previous
 
 
-def load_package(path: Path, device: torch.device, extract_dir: Path | None = None, *, num_runners: int = 1) -> Any:
+def load_package(
+    path: Path,
+    device: torch.device,
+    extract_dir: Path | None = None,
+    *,
+    num_runners: int = 1,
+    run_single_threaded: bool = False,
+) -> Any:
     with _extracting_into(extract_dir):
-        return _load_package(path, device, num_runners)
+        return _load_package(path, device, num_runners, run_single_threaded)
 
 
 # x86 vector ISAs in the order a CPU that has one has the ones before it.
@@ -394,7 +401,7 @@ def package_device_problem(path: Path, device: torch.device) -> str | None:
     return None
 
 
-def _load_package(path: Path, device: torch.device, num_runners: int = 1) -> Any:
+def _load_package(path: Path, device: torch.device, num_runners: int = 1, run_single_threaded: bool = False) -> Any:
     phases.mark("load", str(path))
     device_index = device.index if device.type == "cuda" and device.index is not None else -1
     problem = package_device_problem(path, device)
@@ -403,13 +410,20 @@ def _load_package(path: Path, device: torch.device, num_runners: int = 1) -> Any
     try:
         # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
         # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, num_runners, device_index)
+        loader = torch._C._aoti.AOTIModelPackageLoader(
+            str(path), "model", run_single_threaded, num_runners, device_index
+        )
         runner = AOTICompiledModel(loader)
     except RuntimeError:
         try:
             from torch._inductor.package import load_package as inductor_load_package
 
-            runner = inductor_load_package(str(path), num_runners=num_runners, device_index=device_index)
+            runner = inductor_load_package(
+                str(path),
+                run_single_threaded=run_single_threaded,
+                num_runners=num_runners,
+                device_index=device_index,
+            )
         except Exception as error:
             raise AOTICompileError(one_line(error), stage="load") from error
     phases.mark("loaded", str(path))

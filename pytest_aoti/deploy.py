@@ -201,3 +201,45 @@ def check_weights(compiled: Any, module: torch.nn.Module, args: Sequence[Any], k
             except (RuntimeError, AssertionError) as error:
                 raise AOTIDeployError(f"weights: after load_constants with {label}, the package {error}") from None
         del runner
+
+
+def check_cuda_graph(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """The package loaded with ``run_single_threaded=True`` (what CUDA graph capture needs), captured into a CUDA
+    graph on static inputs, replayed on other values copied into them: the replay must match eager on those values."""
+    __tracebackhide__ = True
+    from pytest_aoti.compiler import load_package
+
+    if compiled.device.type != "cuda":
+        raise AOTIDeployError(f"cuda_graph: the package runs on {compiled.device}; CUDA graphs need a CUDA package")
+    static = pytree.tree_map(
+        lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, (tuple(args), kwargs)
+    )
+    with tempfile.TemporaryDirectory(prefix="pytest-aoti-graph-") as extract:
+        runner = load_package(compiled.package_path, compiled.device, Path(extract), run_single_threaded=True)
+        try:
+            with torch.no_grad():
+                side = torch.cuda.Stream(compiled.device)
+                side.wait_stream(torch.cuda.current_stream(compiled.device))
+                with torch.cuda.stream(side):
+                    for _ in range(3):  # warm-up outside the graph, as capture requires
+                        runner(*static[0], **static[1])
+                torch.cuda.current_stream(compiled.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = runner(*static[0], **static[1])
+                fresh_args, fresh_kwargs = _perturbed(static, 1)
+                for target, value in zip(
+                    pytree.tree_leaves(static), pytree.tree_leaves((fresh_args, fresh_kwargs)), strict=True
+                ):
+                    if isinstance(target, torch.Tensor):
+                        target.copy_(value)
+                graph.replay()
+                torch.cuda.synchronize(compiled.device)
+                expected = module(*fresh_args, **fresh_kwargs)
+            torch.testing.assert_close(captured, expected)
+        except (RuntimeError, AssertionError) as error:
+            raise AOTIDeployError(
+                f"cuda_graph: a CUDA graph replay of the package (run_single_threaded=True): {error}"
+            ) from None
+        finally:
+            del runner

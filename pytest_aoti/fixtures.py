@@ -139,7 +139,7 @@ def _builder(
                 **options,
             )
         record.append(compiled)
-        if deploy is not None and (deploy.standalone or deploy.threads or deploy.weights):
+        if deploy is not None and (deploy.standalone or deploy.threads or deploy.weights or deploy.cuda_graph):
             module = as_module(model).to(device)
             _deploy_checks(compiled, module, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
         return compiled
@@ -156,10 +156,12 @@ def _deploy_checks(
     package_dir: Path,
 ) -> None:
     __tracebackhide__ = True
-    from pytest_aoti.deploy import check_standalone, check_threads, check_weights
+    from pytest_aoti.deploy import check_cuda_graph, check_standalone, check_threads, check_weights
 
     if deploy.weights:
         check_weights(compiled, module, tuple(args), kwargs)
+    if deploy.cuda_graph:
+        check_cuda_graph(compiled, module, tuple(args), kwargs)
     if deploy.threads:
         check_threads(
             compiled, tuple(args), kwargs, threads=deploy.threads, calls=deploy.calls, num_runners=deploy.num_runners

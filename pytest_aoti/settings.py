@@ -393,7 +393,13 @@ def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = Fa
 
 
 def _aoti_deploy_signature(
-    *, standalone: bool = False, threads: int = 0, calls: int = 4, num_runners: int = 4, weights: bool = False
+    *,
+    standalone: bool = False,
+    threads: int = 0,
+    calls: int = 4,
+    num_runners: int = 4,
+    weights: bool = False,
+    cuda_graph: bool = False,
 ) -> None: ...
 
 
@@ -406,6 +412,7 @@ class DeployRequest:
     calls: int = 4
     num_runners: int = 4
     weights: bool = False  # swap the weights through load_constants and back
+    cuda_graph: bool = False  # capture into a CUDA graph (run_single_threaded=True) and replay
 
 
 MARKERS = {
@@ -416,10 +423,11 @@ MARKERS = {
     "and 'minify' (the repro bundle's graph shrunk to the fewest failing nodes)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
-    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4, weights=False): check each "
+    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4, weights=False, "
+    "cuda_graph=False): check each "
     "package the test builds as it will be deployed: stand-alone in a fresh interpreter (standalone=True; every "
     "package with --aoti-deploy-check), from `threads` threads x `calls` calls with num_runners runners, and a weight "
-    "swap through load_constants and back (weights=True)",
+    "swap through load_constants and back (weights=True), a CUDA graph capture and replay (cuda_graph=True)",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
     "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
 }
@@ -569,6 +577,7 @@ def _deploy_request(item: pytest.Item, settings: Settings) -> DeployRequest:
         calls=_count_argument(args["calls"], where, "calls", least=1),
         num_runners=_count_argument(args["num_runners"], where, "num_runners", least=1),
         weights=_flag(args["weights"], where, "weights"),
+        cuda_graph=_flag(args["cuda_graph"], where, "cuda_graph"),
     )
 
 

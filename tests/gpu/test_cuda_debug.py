@@ -479,6 +479,55 @@ def test_goldens_and_a_self_verifying_package_on_cuda(pytester: pytest.Pytester,
         Path(evidence, "golden_verify.txt").write_text(verified.stdout + verified.stderr)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "on cuda:0" in verified.stdout and "environment diff (recorded → now): none" in verified.stdout
+    # The environment guard: the same package with its build metadata naming another compute capability.
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(pytester.path / "dist" / "head.pt2") as reader, zipfile.ZipFile(deploy / "sm80.pt2", "w") as w:
+        for info in reader.infolist():
+            data = reader.read(info)
+            if info.filename.endswith("wrapper_metadata.json"):
+                metadata = json.loads(data)
+                assert metadata["AOTI_COMPUTE_CAPABILITY"] == "90", metadata  # what AOTI records on an H100
+                data = json.dumps({**metadata, "AOTI_COMPUTE_CAPABILITY": "80"}).encode()
+            w.writestr(info, data)
+    guarded = subprocess.run(
+        [sys.executable, "-m", "pytest_aoti.verify", "sm80.pt2"], cwd=deploy, capture_output=True, text=True
+    )
+    if evidence:
+        Path(evidence, "guard_sm80.txt").write_text(guarded.stdout + guarded.stderr)
+    assert guarded.returncode == 1
+    assert "the package's kernels were built for compute capability 80; NVIDIA H100" in guarded.stdout, guarded.stdout
+
+
+DEPLOY_TESTS = """
+import pytest
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 256)
+        self.down = torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+@pytest.mark.aoti_deploy(standalone=True, threads=8, num_runners=4, weights=True, cuda_graph=True)
+def test_deploy(aoti_compile, aoti_device):
+    aoti_compile(Block().eval(), (torch.randn(16, 64),), inductor_configs={"always_keep_tensor_constants": True})
+"""
+
+
+def test_deployment_checks_on_cuda(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """A CUDA package stand-alone, from 8 threads on 4 runners, through a weight swap and back, and replayed in a
+    CUDA graph (run_single_threaded=True)."""
+    _write(pytester, DEPLOY_TESTS)
+    result = run_pytest("-p", "no:logging", "-rA")
+    _keep("deploy_checks", result)
+    result.assert_outcomes(passed=1)
 
 
 def test_benchmark_baseline_then_a_planted_slowdown_on_cuda(
