@@ -243,3 +243,70 @@ def check_cuda_graph(compiled: Any, module: torch.nn.Module, args: Sequence[Any]
             ) from None
         finally:
             del runner
+
+
+def _resized(example: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``example`` tiled or cut to ``shape``: the example's own values (valid token ids stay valid ids)."""
+    value = example
+    for axis, size in enumerate(shape):
+        have = value.shape[axis]
+        if have == 0:
+            value = torch.zeros(
+                (*value.shape[:axis], size, *value.shape[axis + 1 :]), dtype=value.dtype, device=value.device
+            )
+            continue
+        if size > have:
+            repeats = [1] * value.dim()
+            repeats[axis] = -(-size // have)
+            value = value.repeat(*repeats)
+        value = value.narrow(axis, 0, size)
+    return value.contiguous()
+
+
+def probe_dims(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> list[str]:
+    """Each dynamic dim at its min, its max (a dim without one: min + 64), 1 and 2, the other dims as in the example,
+    the package against eager: one verdict per dim. Raises :class:`AOTIDeployError` listing them when any failed;
+    returns them otherwise."""
+    __tracebackhide__ = True
+    from pytest_aoti.invariants import TensorSpec, check_inputs, flatten_inputs
+    from pytest_aoti.strategies import DEFAULT_MAX_ELEMENTS, DEFAULT_UNBOUNDED_SPAN, _consistent, _root_bounds, _shape
+
+    spec = compiled.spec
+    in_spec = compiled.exported_program.call_spec.in_spec
+    flat = flatten_inputs(in_spec, tuple(args), kwargs)
+    example_bound, _ = check_inputs(spec, flat, compiled.device)
+    verdicts: list[str] = []
+    failed = False
+    for symbol in sorted(example_bound, key=str):
+        low, high = _root_bounds(spec, symbol, DEFAULT_UNBOUNDED_SPAN, DEFAULT_MAX_ELEMENTS)
+        sizes = [size for size in dict.fromkeys((low, high, 1, 2)) if low <= size <= high]
+        problems: list[str] = []
+        tried: list[int] = []
+        for size in sizes:
+            bound = {**example_bound, symbol: size}
+            if not _consistent(spec, bound, DEFAULT_MAX_ELEMENTS):
+                continue
+            tried.append(size)
+            probe = [
+                _resized(value, _shape(tensor, bound) or ()) if isinstance(tensor, TensorSpec) else value
+                for tensor, value in zip(spec.inputs, flat, strict=True)
+            ]
+            call_args, call_kwargs = pytree.tree_unflatten(probe, in_spec)
+            try:
+                got = compiled.call(call_args, call_kwargs)
+                with torch.no_grad():
+                    want = module(*call_args, **call_kwargs)
+                torch.testing.assert_close(got, want)
+            except (RuntimeError, AssertionError) as error:
+                problems.append(f"{size}: {str(error).splitlines()[0]}")
+        name = spec.named(symbol)
+        if problems:
+            failed = True
+            verdicts.append(f"dim {name} in [{low}, {high}]: FAILED at " + "; ".join(problems))
+        else:
+            verdicts.append(f"dim {name} in [{low}, {high}]: ok at {', '.join(map(str, tried)) or 'no size'}")
+    if failed:
+        raise AOTIDeployError(
+            "probe_dims: the package against eager at each dynamic dim's edges:\n" + "\n".join(verdicts)
+        )
+    return verdicts

@@ -139,7 +139,7 @@ def _builder(
                 **options,
             )
         record.append(compiled)
-        if deploy is not None and (deploy.standalone or deploy.threads or deploy.weights or deploy.cuda_graph):
+        if deploy is not None and deploy.any:
             module = as_module(model).to(device)
             _deploy_checks(compiled, module, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
         return compiled
@@ -156,8 +156,10 @@ def _deploy_checks(
     package_dir: Path,
 ) -> None:
     __tracebackhide__ = True
-    from pytest_aoti.deploy import check_cuda_graph, check_standalone, check_threads, check_weights
+    from pytest_aoti.deploy import check_cuda_graph, check_standalone, check_threads, check_weights, probe_dims
 
+    if deploy.probe_dims:
+        probe_dims(compiled, module, tuple(args), kwargs)
     if deploy.weights:
         check_weights(compiled, module, tuple(args), kwargs)
     if deploy.cuda_graph:

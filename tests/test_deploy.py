@@ -1,7 +1,7 @@
 """Deployment checks with real compiles: a package runs stand-alone (a fresh interpreter, an empty Inductor cache,
 no test directory on sys.path) or fails naming the custom op and its module; 8 threads on a num_runners=4 package
 give what serial calls give; a weight swap through load_constants and back matches eager, or names the weights the
-package inlined."""
+package inlined; probing a dynamic dim at its edges finds the size export assumed away."""
 
 from __future__ import annotations
 
@@ -45,6 +45,19 @@ def test_needs_its_helper_module(aoti_compile):
     aoti_compile(WithHelperOp(), (torch.randn(4, 8),))
 
 
+class OneIsSpecial(torch.nn.Module):
+    def forward(self, x):
+        # Export traces the example's branch and assumes a dim is not 1 without a guard: the package computes sin
+        # for a batch of 1, eager cos.
+        return x.cos() if x.shape[0] == 1 else x.sin()
+
+
+@pytest.mark.aoti_deploy(probe_dims=True)
+def test_probe_dims(aoti_compile):
+    batch = torch.export.Dim("batch", min=1, max=8)
+    aoti_compile(OneIsSpecial(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: batch}})
+
+
 @pytest.mark.aoti_deploy(weights=True)
 def test_weight_swap(aoti_compile):
     aoti_compile(MLP().eval(), (torch.randn(4, 8),), inductor_configs={"always_keep_tensor_constants": True})
@@ -60,7 +73,7 @@ def test_weight_swap_of_inlined_constants(aoti_compile):
 def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(helper_ops=HELPER_OPS, test_deploy=DEPLOY_TESTS)
     result = run_pytest("--aoti-deploy-check", "-p", "no:logging", "--junitxml=r.xml")
-    result.assert_outcomes(passed=2, failed=2)
+    result.assert_outcomes(passed=2, failed=3)
     text = result.stdout.str()
     assert (
         "standalone: the package does not run in a fresh interpreter: it calls custom op(s) aoti_deploy_tests::twice "
@@ -69,6 +82,8 @@ def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest
     assert "Could not find schema for aoti_deploy_tests::twice" in text
     assert "weights: the package's constants lack state_dict entries second.bias: a weight swap" in text
     assert "always_keep_tensor_constants" in text
+    assert "probe_dims: the package against eager at each dynamic dim's edges:" in text
+    assert "dim batch in [1, 8]: FAILED at 1: Tensor-likes are not close!" in text
     # A deployment check's failure is not a kernel's: no debug rerun, even under --aoti-debug (not asked here).
     cases = junit_cases(pytester.path / "r.xml")
     assert cases["test_self_contained"]["outcomes"] == [] and cases["test_needs_its_helper_module"]["outcomes"] == [
