@@ -520,6 +520,10 @@ def compile_model(
                 built, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
                 package_path, from_cache = cache.store(key, built, compile_seconds), False
     runner = load_package(package_path, device, extract_dir=package_dir)
+    if weights_outside_the_package(configs):
+        # Built with its weights outside the .so: the loaded package has none until they are loaded, and a call
+        # before that segfaults (torch 2.13). Load the exported program's own.
+        load_exported_weights(runner, exported)
     spec = program_spec(exported)
     compiled = CompiledModel(
         package_path=package_path,
@@ -538,6 +542,21 @@ def compile_model(
     if bundle_io:
         _bundle_io(compiled, args, kwargs, package_dir, key if cache is not None else None)
     return compiled
+
+
+def weights_outside_the_package(configs: dict[str, Any]) -> bool:
+    """``aot_inductor.package_constants_in_so=False``: the package's weights are loaded at run time."""
+    value = configs.get("aot_inductor.package_constants_in_so", configs.get("aot_inductor", {}))
+    if isinstance(value, dict):
+        value = value.get("package_constants_in_so", True)
+    return value is False
+
+
+def load_exported_weights(runner: Any, exported: ExportedProgram) -> None:
+    known = {**exported.state_dict, **exported.constants}
+    runner.load_constants(
+        {fqn: known[fqn] for fqn in runner.get_constant_fqns() if fqn in known}, check_full_update=True
+    )
 
 
 def _bundle_io(

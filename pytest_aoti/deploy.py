@@ -162,23 +162,65 @@ def check_threads(
         )
 
 
+_RUN_WITHOUT_WEIGHTS = """
+import sys, torch
+from pathlib import Path
+from pytest_aoti.compiler import load_package
+args, kwargs = torch.load(sys.argv[2])
+runner = load_package(Path(sys.argv[1]), torch.device(sys.argv[3]))
+runner(*args, **kwargs)
+print("ran without its weights", flush=True)
+"""
+
+
+def _run_before_loading_weights(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> None:
+    """A package built with its weights outside the .so, called before ``load_constants``: in a child, because
+    torch 2.13 segfaults there. A clear error passes; a crash, or a run that silently computes with no weights,
+    fails."""
+    from pytest_aoti.processes import signal_name
+
+    inputs = workdir / "inputs.pt"
+    torch.save((tuple(args), kwargs), inputs)
+    run = subprocess.run(
+        [sys.executable, "-c", _RUN_WITHOUT_WEIGHTS, str(compiled.package_path), str(inputs), str(compiled.device)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if run.returncode < 0:
+        raise AOTIDeployError(
+            f"weights: the package keeps its weights outside the .so (package_constants_in_so=False), and a call "
+            f"before load_constants crashes the process ({signal_name(-run.returncode)}) instead of raising: a "
+            "deployment must load every constant before the first call, and cannot learn it from an error"
+        )
+    if run.returncode == 0:
+        raise AOTIDeployError(
+            "weights: a call before load_constants ran without an error on a package that keeps its weights outside "
+            "the .so: it computed with weights it did not have"
+        )
+
+
 def check_weights(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
     """A weight swap as a deployment does it: the package's constants (``get_constant_fqns``) must cover the
     model's ``state_dict``; ``load_constants`` with other weights must give what eager gives with them; swapping back
     must give the original outputs again. Raises :class:`AOTIDeployError` naming the keys or the step that failed."""
     __tracebackhide__ = True
-    from pytest_aoti.compiler import load_package
+    from pytest_aoti.compiler import load_package, weights_outside_the_package
 
     state = {key: value.detach() for key, value in module.state_dict().items()}
     program = compiled.exported_program
     known = {**program.state_dict, **program.constants}
     with tempfile.TemporaryDirectory(prefix="pytest-aoti-weights-") as extract:
+        if weights_outside_the_package(compiled.inductor_configs):
+            _run_before_loading_weights(compiled, args, kwargs, Path(extract))
         runner = load_package(compiled.package_path, compiled.device, Path(extract))
         fqns = list(runner.get_constant_fqns())
         missing = sorted(set(state) - set(fqns))
+        extra = sorted(set(fqns) - set(state))  # lifted tensor constants: filled from the export below
         if missing:
+            also = f" (and hold constants the state_dict lacks: {', '.join(extra)})" if extra else ""
             raise AOTIDeployError(
-                f"weights: the package's constants lack state_dict entries {', '.join(missing)}: a weight swap "
+                f"weights: the package's constants lack state_dict entries {', '.join(missing)}{also}: a weight swap "
                 "(load_constants) cannot change them, because Inductor compiled their values into the package (small "
                 "tensors are inlined: compile with inductor_configs={'always_keep_tensor_constants': True} to keep "
                 f"them swappable); its swappable constants are {', '.join(sorted(fqns)) or 'none'}"

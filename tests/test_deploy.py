@@ -64,6 +64,14 @@ def test_weight_swap(aoti_compile):
 
 
 @pytest.mark.aoti_deploy(weights=True)
+def test_weights_outside_the_package(aoti_check):
+    # aoti_check runs the package (its weights loaded from the export) and matches eager; the check then finds
+    # that a call before load_constants crashes instead of raising.
+    separate = {"aot_inductor.package_constants_in_so": False, "always_keep_tensor_constants": True}
+    aoti_check(MLP().eval(), (torch.randn(4, 8),), inductor_configs=separate)
+
+
+@pytest.mark.aoti_deploy(weights=True)
 def test_weight_swap_of_inlined_constants(aoti_compile):
     aoti_compile(MLP().eval(), (torch.randn(4, 8),))
 
@@ -73,7 +81,7 @@ def test_weight_swap_of_inlined_constants(aoti_compile):
 def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(helper_ops=HELPER_OPS, test_deploy=DEPLOY_TESTS)
     result = run_pytest("--aoti-deploy-check", "-p", "no:logging", "--junitxml=r.xml")
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=2, failed=4)
     text = result.stdout.str()
     assert (
         "standalone: the package does not run in a fresh interpreter: it calls custom op(s) aoti_deploy_tests::twice "
@@ -82,6 +90,10 @@ def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest
     assert "Could not find schema for aoti_deploy_tests::twice" in text
     assert "weights: the package's constants lack state_dict entries second.bias: a weight swap" in text
     assert "always_keep_tensor_constants" in text
+    assert (
+        "weights: the package keeps its weights outside the .so (package_constants_in_so=False), and a call before "
+        "load_constants crashes the process (SIGSEGV) instead of raising"
+    ) in text
     assert "probe_dims: the package against eager at each dynamic dim's edges:" in text
     assert "dim batch in [1, 8]: FAILED at 1: Tensor-likes are not close!" in text
     # A deployment check's failure is not a kernel's: no debug rerun, even under --aoti-debug (not asked here).
