@@ -171,29 +171,38 @@ def aoti_benchmark(
                 min_run_time=run_time,
                 clock="wall" if aoti_device.type == "cuda" else settings.benchmark_clock,
             )
-        path = _baseline_file(item)
-        test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-        machine = benchmark.machine(aoti_device)
-        with _file_lock(path):
-            baselines = benchmark.Baselines.read(path)
-            if settings.benchmark_update:
-                baselines.put(test_id, machine, figures, key)
-                baselines.write()
-                comparison = benchmark.Comparison("recorded", text=f"baseline recorded in {path}")
-            else:
-                comparison = benchmark.compare(figures, baselines.get(test_id, machine), allowed, key)
-                if comparison.status == "no baseline" and baselines.others(test_id, machine):
-                    others = ", ".join(baselines.others(test_id, machine))
-                    comparison = benchmark.Comparison(
-                        "other machine", text=f"baselines only for other machines ({others}): reported, not compared"
-                    )
+        comparison = _against_baseline(item, figures, aoti_device, key, allowed)
         _record(item, figures, comparison, key)
         item.add_report_section("call", "aoti benchmark", f"{benchmark.describe(figures)}\n{comparison.text}")
         if comparison.status == "slower":
             pytest.fail(f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False)
-        return BenchmarkResult(figures, comparison, path)
+        return BenchmarkResult(figures, comparison, _baseline_file(item))
 
     return bench
+
+
+def _against_baseline(
+    item: pytest.Item, figures: Figures, device: torch.device, key: str | None, tolerance: float
+) -> Comparison:
+    """Record this machine's baseline (``--aoti-benchmark-update``) or compare with it; a baseline of another
+    machine is reported, not compared."""
+    from pytest_aoti import benchmark
+
+    path = _baseline_file(item)
+    test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    machine = benchmark.machine(device)
+    with _file_lock(path):
+        baselines = benchmark.Baselines.read(path)
+        if item.config.stash[settings_key].benchmark_update:
+            baselines.put(test_id, machine, figures, key)
+            baselines.write()
+            return benchmark.Comparison("recorded", text=f"baseline recorded in {path}")
+        comparison = benchmark.compare(figures, baselines.get(test_id, machine), tolerance, key)
+        others = baselines.others(test_id, machine)
+        if comparison.status == "no baseline" and others:
+            text = f"baselines only for other machines ({', '.join(others)}): reported, not compared"
+            return benchmark.Comparison("other machine", text=text)
+        return comparison
 
 
 @dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity

@@ -481,48 +481,27 @@ def compile_model(
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call.
 
-    ``bundle_io=True``: run the package once on ``args``/``kwargs`` and make ``package_path`` a copy in
-    ``package_dir`` that carries them, the outputs and the invariants (:mod:`pytest_aoti.verify`): the file to ship.
-
-    A dim ``dynamic_shapes`` asks to be dynamic that export made static fails here, before compiling
-    (:func:`specialized_dims`), unless ``allow_specialized_dims=True``."""
+    ``bundle_io=True``: ``package_path`` becomes a copy that carries ``args``/``kwargs``, the package's outputs on them
+    and its invariants (:mod:`pytest_aoti.verify`). A dim asked to be dynamic that export made static fails before
+    compiling (:func:`specialized_dims`) unless ``allow_specialized_dims=True``."""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
-    for flag, name in (
-        (strict, "strict"),
-        (allow_nonfinite, "allow_nonfinite"),
-        (restride_inputs, "restride_inputs"),
-        (bundle_io, "bundle_io"),
-        (allow_specialized_dims, "allow_specialized_dims"),
-    ):
+    flags = (strict, allow_nonfinite, restride_inputs, bundle_io, allow_specialized_dims)
+    names = ("strict", "allow_nonfinite", "restride_inputs", "bundle_io", "allow_specialized_dims")
+    for flag, name in zip(flags, names, strict=True):
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     _check_tensor_outputs(exported)
     if not allow_specialized_dims:
-        specialized = specialized_dims(module, args, kwargs, dynamic_shapes, program_spec(exported))
-        if specialized:
-            raise AOTISpecializationError(
-                "; ".join(specialized) + " (pass allow_specialized_dims=True if a static dim is intended)"
-            )
-
-    if cache is None:
-        package_path, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
-        from_cache = False
-    else:
-        key = cache.key_for(exported, configs, device)
-        with cache.locked(key):
-            cached = cache.lookup(key)
-            if cached is not None:
-                package_path, compile_seconds, from_cache = cached, 0.0, True
-            else:
-                built, compile_seconds = _build_package(exported, configs, package_dir, type(module).__name__)
-                package_path, from_cache = cache.store(key, built, compile_seconds), False
+        _refuse_specialized(module, args, kwargs, dynamic_shapes, exported)
+    key = cache.key_for(exported, configs, device) if cache is not None else None
+    package_path, compile_seconds, from_cache = _built_or_cached(
+        exported, configs, package_dir, type(module).__name__, cache, key
+    )
     runner = load_package(package_path, device, extract_dir=package_dir)
     if weights_outside_the_package(configs):
-        # Built with its weights outside the .so: the loaded package has none until they are loaded, and a call
-        # before that segfaults (torch 2.13). Load the exported program's own.
         load_exported_weights(runner, exported)
     spec = program_spec(exported)
     compiled = CompiledModel(
@@ -540,8 +519,41 @@ def compile_model(
         observers=observers,
     )
     if bundle_io:
-        _bundle_io(compiled, args, kwargs, package_dir, key if cache is not None else None)
+        _bundle_io(compiled, args, kwargs, package_dir, key)
     return compiled
+
+
+def _refuse_specialized(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    exported: ExportedProgram,
+) -> None:
+    specialized = specialized_dims(module, args, kwargs, dynamic_shapes, program_spec(exported))
+    if specialized:
+        raise AOTISpecializationError(
+            "; ".join(specialized) + " (pass allow_specialized_dims=True if a static dim is intended)"
+        )
+
+
+def _built_or_cached(
+    exported: ExportedProgram,
+    configs: dict[str, Any],
+    package_dir: Path,
+    stem: str,
+    cache: PackageCache | None,
+    key: str | None,
+) -> tuple[Path, float, bool]:
+    """The package's path, its compile seconds and whether it came from ``cache`` (built under its lock)."""
+    if cache is None or key is None:
+        return (*_build_package(exported, configs, package_dir, stem), False)
+    with cache.locked(key):
+        cached = cache.lookup(key)
+        if cached is not None:
+            return cached, 0.0, True
+        built, compile_seconds = _build_package(exported, configs, package_dir, stem)
+        return cache.store(key, built, compile_seconds), compile_seconds, False
 
 
 def weights_outside_the_package(configs: dict[str, Any]) -> bool:
@@ -553,6 +565,8 @@ def weights_outside_the_package(configs: dict[str, Any]) -> bool:
 
 
 def load_exported_weights(runner: Any, exported: ExportedProgram) -> None:
+    """A package built with its weights outside the .so has none until they are loaded, and a call before that
+    segfaults (torch 2.13): load the exported program's own."""
     known = {**exported.state_dict, **exported.constants}
     runner.load_constants(
         {fqn: known[fqn] for fqn in runner.get_constant_fqns() if fqn in known}, check_full_update=True

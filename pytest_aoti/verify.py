@@ -226,8 +226,7 @@ def verify_package(
     spec = spec_from_json(json.loads(metadata["spec"]))
     flat, in_spec = _inputs(tensors, metadata, run_device)
     recorded = json.loads(metadata["environment"])
-    now = snapshots.environment(run_device.type)
-    changed = snapshots.environment_diff(recorded, now)
+    changed = snapshots.environment_diff(recorded, snapshots.environment(run_device.type))
     env_line = "environment diff (recorded → now): " + ("; ".join(changed) if changed else "none")
     with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as extract:
         try:
@@ -273,6 +272,26 @@ def verify_package(
             env_line,
         ),
     )
+
+
+def _differences(
+    leaves: list[Any], tensors: dict[str, torch.Tensor], golden_count: int, rtol: float | None, atol: float | None
+) -> list[str]:
+    """What differs between the outputs and the bundled golden ones, a line each."""
+    found: list[str] = []
+    for index, leaf in enumerate(leaves):
+        golden = tensors.get(f"output.{index}")
+        if golden is None or not isinstance(leaf, torch.Tensor):
+            continue
+        out_rtol, out_atol = (
+            (rtol, atol) if rtol is not None and atol is not None else snapshots.default_tolerance(golden.dtype)
+        )
+        diff = snapshots.compare(f"output {index}", leaf, golden, out_rtol, out_atol)
+        if diff is not None:
+            found += diff.lines(out_rtol, out_atol)
+    if len(leaves) != golden_count:
+        found.append(f"{len(leaves)} output(s), the golden has {golden_count}")
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
