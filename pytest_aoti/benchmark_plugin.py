@@ -113,14 +113,6 @@ def _record(item: pytest.Item, figures: Figures, comparison: Comparison, package
     )
 
 
-def _tolerance(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value < float("inf")):
-        raise ValueError(f"aoti_benchmark tolerance: expected a fraction >= 0 (0.1 = 10 %), got {value!r}")
-    return float(value)
-
-
 @pytest.fixture
 def aoti_benchmark(
     request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
@@ -148,12 +140,13 @@ def aoti_benchmark(
     ) -> BenchmarkResult:
         __tracebackhide__ = True
         from pytest_aoti import benchmark
-        from pytest_aoti.compiler import as_module, load_package
+        from pytest_aoti.compiler import as_module, load_package, tolerance_value
         from pytest_aoti.fixtures import _builder, _moved
         from pytest_aoti.snapshot_plugin import package_key
 
-        allowed = _tolerance(tolerance, settings.benchmark_tolerance)
-        run_time = settings.benchmark_min_time if min_run_time is None else _tolerance(min_run_time, 1.0)
+        allowed = tolerance_value(tolerance, "aoti_benchmark tolerance")
+        allowed = settings.benchmark_tolerance if allowed is None else allowed
+        run_time = tolerance_value(min_run_time, "aoti_benchmark min_run_time") or settings.benchmark_min_time
         compiled = _builder(compile_model, request.config, aoti_device, tmp_path / "aoti-packages", [])(
             model, args, kwargs, **options
         )

@@ -140,7 +140,8 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
-def _tolerance(value: Any, name: str) -> float | None:
+def tolerance_value(value: Any, name: str) -> float | None:
+    """``value`` as a tolerance (a finite number >= 0; None stays None), or a ValueError naming ``name``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -738,7 +739,7 @@ def check_model(
     ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
     ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots`)."""
     __tracebackhide__ = True  # a failure shows the test's line and the message, not this function's body
-    rtol, atol = _tolerance(rtol, "rtol"), _tolerance(atol, "atol")
+    rtol, atol = tolerance_value(rtol, "rtol"), tolerance_value(atol, "atol")
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
     input_sets = _input_sets(args, kwargs, more_inputs)

@@ -260,10 +260,11 @@ def aoti_check(
     ) -> CompiledModel:
         __tracebackhide__ = True
         if check_flag(snapshot, "snapshot"):
-            from pytest_aoti.snapshot_plugin import golden_hook, snapshot_tolerance
+            from pytest_aoti.compiler import tolerance_value
+            from pytest_aoti.snapshot_plugin import golden_hook
 
-            rtol = snapshot_tolerance(snapshot_rtol, "snapshot_rtol")
-            atol = snapshot_tolerance(snapshot_atol, "snapshot_atol")
+            rtol = tolerance_value(snapshot_rtol, "snapshot_rtol")
+            atol = tolerance_value(snapshot_atol, "snapshot_atol")
             options["golden"] = golden_hook(request.node, rtol, atol)
         return check_model(model, args, kwargs, **options)
 

@@ -78,22 +78,16 @@ class Snapshot:
         self, value: Any, *, name: str | None = None, rtol: float | None = None, atol: float | None = None
     ) -> str:
         __tracebackhide__ = True
+        from pytest_aoti.compiler import tolerance_value
+
         goldens = test_goldens(self._item)
         return goldens.check(
             goldens.next_name("snapshot") if name is None else name,
             value,
-            rtol=snapshot_tolerance(rtol, "rtol"),
-            atol=snapshot_tolerance(atol, "atol"),
+            rtol=tolerance_value(rtol, "aoti_snapshot rtol"),
+            atol=tolerance_value(atol, "aoti_snapshot atol"),
             user_name=name is not None,
         )
-
-
-def snapshot_tolerance(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value < float("inf")):
-        raise ValueError(f"aoti_snapshot {name}: expected a finite number >= 0, got {type(value).__name__} {value!r}")
-    return float(value)
 
 
 @pytest.fixture

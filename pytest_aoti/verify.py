@@ -246,19 +246,7 @@ def verify_package(
             raise AOTIVerifyError(f"{path}: {error}\n{env_line}") from None
         finally:
             del runner
-    found: list[str] = []
-    for index, leaf in enumerate(leaves):
-        golden = tensors.get(f"output.{index}")
-        if golden is None or not isinstance(leaf, torch.Tensor):
-            continue
-        out_rtol, out_atol = (
-            (rtol, atol) if rtol is not None and atol is not None else snapshots.default_tolerance(golden.dtype)
-        )
-        diff = snapshots.compare(f"output {index}", leaf, golden, out_rtol, out_atol)
-        if diff is not None:
-            found += diff.lines(out_rtol, out_atol)
-    if len(leaves) != int(metadata["outputs"]):
-        found.append(f"{len(leaves)} output(s), the golden has {metadata['outputs']}")
+    found = _differences(leaves, tensors, int(metadata["outputs"]), rtol, atol)
     if found:
         raise AOTIVerifyError("\n".join([f"{path}: outputs differ from the bundled golden outputs:", *found, env_line]))
     tolerance = f"rtol={rtol:g}, atol={atol:g}" if rtol is not None and atol is not None else "dtype defaults"
