@@ -147,7 +147,7 @@ def machine(device: torch.device) -> str:
     if device.type == "cuda":
         env = snapshots.environment("cuda")
         return f"cuda: {env['gpu']}"
-    cpu, _ = snapshots._cpu()
+    cpu, _ = snapshots.cpu_description()
     return f"cpu: {cpu} x{os.cpu_count()}"
 
 

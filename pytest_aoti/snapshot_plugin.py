@@ -30,7 +30,7 @@ def _test_id(nodeid: str) -> str:
     return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
 
 
-def test_goldens(item: pytest.Item) -> GoldenOutputs:
+def goldens_of(item: pytest.Item) -> GoldenOutputs:
     """The item's golden outputs, opened at its first snapshot. A debug rerun never writes into the user's tree:
     there, a snapshot without golden outputs is not compared, and nothing is updated."""
     if goldens_key not in item.stash:
@@ -56,7 +56,7 @@ def package_key(compiled: CompiledModel) -> str | None:
 def golden_hook(item: pytest.Item, rtol: float | None, atol: float | None) -> Callable[[str, Any, CompiledModel], None]:
     """What ``aoti_check(..., snapshot=True)`` hands to ``check_model``: each input set's package outputs, checked
     as snapshot ``check<N>.<input set>``."""
-    goldens = test_goldens(item)
+    goldens = goldens_of(item)
     name = goldens.next_name("check")
 
     def check(label: str, outputs: Any, compiled: CompiledModel) -> None:
@@ -80,7 +80,7 @@ class Snapshot:
         __tracebackhide__ = True
         from pytest_aoti.compiler import tolerance_value
 
-        goldens = test_goldens(self._item)
+        goldens = goldens_of(self._item)
         return goldens.check(
             goldens.next_name("snapshot") if name is None else name,
             value,

@@ -58,7 +58,7 @@ def _compiler() -> str:
 
 
 @functools.cache
-def _cpu() -> tuple[str, str]:
+def cpu_description() -> tuple[str, str]:
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -74,7 +74,7 @@ def _cpu() -> tuple[str, str]:
 
 def environment(device_type: str, package_key: str | None = None) -> dict[str, str]:
     """What a golden's values depend on besides the model: torch and its compilers, the CPU, the GPU."""
-    cpu, isa = _cpu()
+    cpu, isa = cpu_description()
     env = {"torch": torch.__version__, "cpu": cpu, "cpu isa": isa, "compiler": _compiler()}
     if device_type == "cuda":
         env["cuda"] = str(torch.version.cuda)
