@@ -36,7 +36,7 @@ def _lock_path(config: pytest.Config) -> Path | None:
     """One lock file for all xdist workers of the run (beside their base temps), None outside xdist."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return None
-    factory = config._tmp_path_factory  # type: ignore[attr-defined]
+    factory = config._tmp_path_factory  # type: ignore[attr-defined]  # what the tmp_path_factory fixture returns
     return Path(factory.getbasetemp()).parent / "aoti-device.lock"
 
 
@@ -168,7 +168,11 @@ def aoti_benchmark(
         _record(item, figures, comparison, key)
         item.add_report_section("call", "aoti benchmark", f"{benchmark.describe(figures)}\n{comparison.text}")
         if comparison.status == "slower":
-            pytest.fail(f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False)
+            slower = pytest.fail.Exception(
+                f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False
+            )
+            slower.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
+            raise slower
         return BenchmarkResult(figures, comparison, _baseline_file(item))
 
     return bench

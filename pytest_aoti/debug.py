@@ -196,6 +196,8 @@ def not_rerun_reason(
             "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot "
             "tell a wrong kernel from different draws"
         )
+    if failure_kind == "benchmark":
+        return "a benchmark slower than its baseline: the debug environment would only slow it further"
     if failure_kind == "deploy":
         return "a deployment check failed, and its report says what the deployment lacks or which thread differed"
     if failure_kind == "snapshot":

@@ -121,6 +121,8 @@ FailureKind = Literal[
     "snapshot",
     # A deployment check: what a deployment lacks, or a concurrency failure, told by the check itself.
     "deploy",
+    # A benchmark slower than its baseline: a rerun under the debug environment would time nothing useful.
+    "benchmark",
     "export",
     "compile",
     # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where the
@@ -140,7 +142,7 @@ def failure_kind(error: BaseException) -> FailureKind:
     """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more. The
     fixtures turn export and compile errors into pytest failures that carry the kind (``aoti_failure_kind``)."""
     carried = getattr(error, "aoti_failure_kind", None)
-    if carried in ("export", "compile"):
+    if carried in ("export", "compile", "benchmark"):
         return carried
     if isinstance(error, AOTIInvariantError):
         if error.side == "input":

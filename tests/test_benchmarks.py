@@ -67,11 +67,13 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     )
 
     monkeypatch.setenv("PLANT_SLOWDOWN", "1")
-    slow = run_pytest("--aoti-benchmark", *quick, "--aoti-benchmark-json=out/bench.json")
+    slow = run_pytest("--aoti-benchmark", *quick, "--aoti-benchmark-json=out/bench.json", "--aoti-debug")
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
         ["*aoti_benchmark: slower than the baseline: *x the baseline's median (* ms vs * ms; tolerance 10%, "
          "Mann-Whitney p=*", "*SLOWER*"]
     )  # fmt: skip
+    # Not a kernel's failure: no debug rerun.
+    assert "verdict: not rerun: a benchmark slower than its baseline" in slow.stdout.str()
     (written,) = json.loads((pytester.path / "out" / "bench.json").read_text())["benchmarks"]
     assert written["baseline"] == "slower" and written["vs_baseline"] > 20 and written["outcome"] == "failed"
