@@ -124,7 +124,8 @@ class SnapshotTracker:
     used: dict[str, str] = field(default_factory=dict)  # golden file → its test's outcomes
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not hasattr(self.config, "workerinput"):
+        # An xdist controller collects nothing itself: its workers' collections arrive through the hook below.
+        if session.items and not hasattr(self.config, "workerinput"):
             self.collected = [item.nodeid for item in session.items]
 
     @pytest.hookimpl(optionalhook=True)
@@ -156,6 +157,7 @@ class SnapshotTracker:
         by_file: dict[str, list[str]] = {}
         for nodeid in self.collected:
             by_file.setdefault(nodeid.split("::", 1)[0], []).append(nodeid)
+        used = {Path(path).resolve() for path in self.used}
         found: list[Path] = []
         for file, nodeids in by_file.items():
             test_file = self.config.rootpath / file
@@ -163,7 +165,7 @@ class SnapshotTracker:
             for golden in golden_files(snapshot_path(test_file, "x").parent):
                 owner = owners.get(golden.resolve())
                 # A golden of a test that is gone, or of a test that passed without taking its snapshots.
-                if owner is None or (owner in self.passed and str(golden) not in self.used):
+                if owner is None or (owner in self.passed and golden.resolve() not in used):
                     found.append(golden)
         return found
 
