@@ -31,6 +31,7 @@ import pytest
 
 from pytest_aoti import processes
 from pytest_aoti.child_args import strip_parent_only
+from pytest_aoti.devices import assigned_device
 from pytest_aoti.phases import last_phase
 from pytest_aoti.processes import signal_group, signal_name
 from pytest_aoti.protocol import (
@@ -42,6 +43,7 @@ from pytest_aoti.protocol import (
     REPORT_FILE_ENV,
     TEST_PATH_ENV,
 )
+from pytest_aoti.settings import settings_key
 
 # A held child (HeldChild) waits for this file before it collects; it gives up at HOLD_UNTIL_ENV (epoch seconds).
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
@@ -148,6 +150,11 @@ def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
         command += ["-c", str(config.inipath)]
     if not capture:
         command.append("--capture=no")
+    # An xdist worker's share of the GPUs (devices.py): the child is not a worker, and without this would take
+    # cuda:0; its reproduce line names the GPU it ran on.
+    assigned = assigned_device(config.stash[settings_key].device)
+    if assigned is not None:
+        command.append(f"--aoti-device={assigned}")
     return command
 
 

@@ -53,22 +53,45 @@ def _defined_in(op_name: str) -> str:
     return f"module {module.__name__} ({getattr(module, '__file__', '?')})"
 
 
+def _bundled(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> Path:
+    """``compiled``'s package with these inputs and the outputs it gives here bundled in (:mod:`pytest_aoti.verify`)."""
+    from pytest_aoti.verify import write_bundled_io
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    outputs = compiled.call(args, kwargs)
+    bundled = workdir / "bundled.pt2"
+    write_bundled_io(
+        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type
+    )
+    return bundled
+
+
+def _verify_command(bundled: Path, device: str | None = None) -> list[str]:
+    """``python -m pytest_aoti.verify`` on ``bundled`` from its own directory, ``-P``: the cwd not on ``sys.path``."""
+    return [sys.executable, "-P", "-m", "pytest_aoti.verify", bundled.name, *(["--device", device] if device else [])]
+
+
+def _said(text: str, returncode: int) -> str:
+    """The line of a verify run's output that says what failed."""
+    lines = text.strip().splitlines() or [f"exit status {returncode}"]
+    if returncode < 0:
+        from pytest_aoti.processes import signal_name
+
+        return f"crashed with {signal_name(-returncode)}: {lines[-1]}"
+    said = next((line for line in lines if line.startswith("FAILED ")), lines[-1])
+    return said.removeprefix("FAILED ")
+
+
 def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> str:
     """Bundle ``compiled``'s package with these inputs and the outputs it gives here, then verify it in a fresh
     interpreter (:mod:`pytest_aoti.verify`). Returns what the fresh interpreter printed; raises
     :class:`AOTIDeployError` naming what the package needs that a deployment would lack."""
     __tracebackhide__ = True
     from pytest_aoti.cache import custom_op_names
-    from pytest_aoti.verify import write_bundled_io
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    outputs = compiled.call(args, kwargs)
-    bundled = workdir / "standalone.pt2"
-    write_bundled_io(
-        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type
-    )
+    bundled = _bundled(compiled, args, kwargs, workdir)
     run = subprocess.run(
-        [sys.executable, "-P", "-m", "pytest_aoti.verify", bundled.name],
+        _verify_command(bundled),
         cwd=workdir,
         env=_interpreter_env(workdir),
         capture_output=True,
@@ -78,8 +101,7 @@ def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any],
     text = run.stdout + run.stderr
     if run.returncode == 0:
         return run.stdout
-    lines = text.strip().splitlines() or [f"exit status {run.returncode}"]
-    said = next((line for line in lines if line.startswith("FAILED ")), lines[-1])
+    said = _said(text, run.returncode)
     missing = _MISSING_OP.search(text)
     ops = [missing.group(1)] if missing else custom_op_names(compiled.exported_program)
     if ops:
@@ -91,6 +113,51 @@ def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any],
             f"the fresh interpreter said: {said}"
         )
     raise AOTIDeployError(f"standalone: the package does not run in a fresh interpreter; it said: {said}")
+
+
+def check_device_matrix(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> list[str]:
+    """The package on every visible GPU: loaded with each ``device_index``, its bundled inputs moved there, its
+    invariants checking that every output is on that GPU, its outputs against the ones it gave on the GPU it was
+    built on. One fresh interpreter per GPU, all at once (a load on another index has segfaulted upstream). Returns
+    one line per GPU; raises :class:`AOTIDeployError` naming each index that failed. A CPU package is checked on
+    ``cpu``: there is no index to vary."""
+    __tracebackhide__ = True
+    from pytest_aoti.cache import custom_op_function, custom_op_names
+
+    bundled = _bundled(compiled, args, kwargs, workdir)
+    count = torch.cuda.device_count() if compiled.device.type == "cuda" else 0
+    devices = [f"cuda:{index}" for index in range(count)] or ["cpu"]
+    # Not a stand-alone check: the test's imports are there, and the modules defining its custom ops are imported.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)}
+    modules = {getattr(custom_op_function(op), "__module__", None) for op in custom_op_names(compiled.exported_program)}
+    imports = [argument for module in sorted(m for m in modules if m) for argument in ("--import", module)]
+    started = {
+        device: subprocess.Popen(
+            [*_verify_command(bundled, device), *imports],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for device in devices
+    }
+    lines: list[str] = []
+    failed: list[str] = []
+    for device, process in started.items():
+        output, _ = process.communicate(timeout=900)
+        if process.returncode == 0:
+            lines.append(f"{device}: ok")
+        else:
+            failed.append(device)
+            lines.append(f"{device}: FAILED: {_said(output, process.returncode)}")
+    built_on = f"built on {compiled.device}"
+    if failed:
+        raise AOTIDeployError(
+            f"device_matrix: the package ({built_on}) fails on {', '.join(failed)} of the {len(devices)} visible "
+            "device(s):\n" + "\n".join(lines)
+        )
+    return [f"device_matrix ({built_on}): {line}" for line in lines]
 
 
 def _perturbed(value: Any, step: int) -> Any:

@@ -44,24 +44,40 @@ def cache_stats(config: pytest.Config) -> list[dict[str, Any]]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device; skips the test when the CUDA device is absent."""
+    """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device, an xdist worker's ``auto``/``cuda`` to its own GPU
+    (:mod:`pytest_aoti.devices`); skips the test when the CUDA device is absent."""
     import torch
 
-    if name == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    from pytest_aoti.devices import choose_device, visible_cuda_devices, xdist_worker_index
+
+    count = visible_cuda_devices()
+    device = torch.device(choose_device(name, xdist_worker_index(), count))
     if device.type == "cuda":
-        if not torch.cuda.is_available():
+        if not count:
             pytest.skip(f"aoti_device {name!r}: CUDA is not available on this machine")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            pytest.skip(f"aoti_device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+        if device.index is not None and device.index >= count:
+            pytest.skip(f"aoti_device {name!r}: only {count} CUDA device(s) here")
     return device
+
+
+# The device this process's tests run on, as the JUnit property shows it: named when the fixture resolves it, while
+# the CUDA context is still healthy (after an illegal memory access every CUDA call fails, the name's too).
+device_property_key = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
 def aoti_device(pytestconfig: pytest.Config) -> torch.device:
-    """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``."""
-    return resolve_device(pytestconfig.stash[settings_key].device)
+    """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``; under xdist, ``auto`` gives each
+    worker its own GPU. It is also made the current CUDA device, so a test's plain ``"cuda"`` tensors land there."""
+    device = resolve_device(pytestconfig.stash[settings_key].device)
+    shown = str(device)
+    if device.type == "cuda" and device.index is not None:
+        import torch
+
+        torch.cuda.set_device(device)
+        shown = f"{device} ({torch.cuda.get_device_name(device)})"
+    pytestconfig.stash[device_property_key] = shown
+    return device
 
 
 def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
@@ -156,7 +172,14 @@ def _deploy_checks(
     package_dir: Path,
 ) -> None:
     __tracebackhide__ = True
-    from pytest_aoti.deploy import check_cuda_graph, check_standalone, check_threads, check_weights, probe_dims
+    from pytest_aoti.deploy import (
+        check_cuda_graph,
+        check_device_matrix,
+        check_standalone,
+        check_threads,
+        check_weights,
+        probe_dims,
+    )
 
     if deploy.probe_dims:
         probe_dims(compiled, module, tuple(args), kwargs)
@@ -168,10 +191,15 @@ def _deploy_checks(
         check_threads(
             compiled, tuple(args), kwargs, threads=deploy.threads, calls=deploy.calls, num_runners=deploy.num_runners
         )
+    if deploy.device_matrix:
+        check_device_matrix(compiled, tuple(args), kwargs, _fresh_dir(package_dir, "device-matrix"))
     if deploy.standalone:
-        check_standalone(
-            compiled, tuple(args), kwargs, package_dir / f"standalone-{len(list(package_dir.glob('standalone-*')))}"
-        )
+        check_standalone(compiled, tuple(args), kwargs, _fresh_dir(package_dir, "standalone"))
+
+
+def _fresh_dir(parent: Path, prefix: str) -> Path:
+    """``parent/prefix-N`` for the next N: one per package a test checks."""
+    return parent / f"{prefix}-{len(list(parent.glob(f'{prefix}-*')))}"
 
 
 # Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it: where
@@ -292,6 +320,9 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     compiled = item.stash.get(compiled_key, [])
+    device = item.config.stash.get(device_property_key, None)
+    if report.when == "teardown" and device is not None and "aoti_device" in getattr(item, "fixturenames", ()):
+        report.user_properties = [*report.user_properties, ("aoti_device", device)]
     if report.when == "teardown" and compiled:
         report.user_properties = [
             *report.user_properties,

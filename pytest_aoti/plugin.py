@@ -108,11 +108,26 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
     return result
 
 
+def _device_header(config: pytest.Config, setting: str) -> str:
+    """The setting, and where it puts this run's tests: under xdist with GPUs, which worker takes which GPU."""
+    from pytest_aoti.devices import SPREAD_SETTINGS, choose_device, visible_cuda_devices, worker_map
+
+    if setting not in SPREAD_SETTINGS:
+        return setting
+    count = visible_cuda_devices()
+    workers = getattr(config.option, "numprocesses", None)
+    if count and isinstance(workers, int) and workers > 0:
+        return (
+            f"{setting} (one GPU per xdist worker, {count} visible: {', '.join(worker_map(setting, workers, count))})"
+        )
+    return f"{setting} ({choose_device(setting, None, count)})"
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[settings_key]
     cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
     header = (
-        f"aoti: device={settings.device}, debug={'on' if settings.debug else 'off'}, "
+        f"aoti: device={_device_header(config, settings.device)}, debug={'on' if settings.debug else 'off'}, "
         f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"
     )
     if settings.crash_guard is CrashGuard.ONE_WORKER:

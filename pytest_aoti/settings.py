@@ -401,6 +401,7 @@ def _aoti_deploy_signature(
     weights: bool = False,
     cuda_graph: bool = False,
     probe_dims: bool = False,
+    device_matrix: bool = False,
 ) -> None: ...
 
 
@@ -415,10 +416,12 @@ class DeployRequest:
     weights: bool = False  # swap the weights through load_constants and back
     cuda_graph: bool = False  # capture into a CUDA graph (run_single_threaded=True) and replay
     probe_dims: bool = False  # each dynamic dim at min, max, 1 and 2 against eager
+    device_matrix: bool = False  # loaded and run on every visible GPU, in a fresh interpreter each
 
     @property
     def any(self) -> bool:
-        return self.standalone or bool(self.threads) or self.weights or self.cuda_graph or self.probe_dims
+        checks = (self.standalone, self.threads, self.weights, self.cuda_graph, self.probe_dims, self.device_matrix)
+        return any(checks)
 
 
 MARKERS = {
@@ -430,10 +433,11 @@ MARKERS = {
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
     "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4, weights=False, "
-    "cuda_graph=False, probe_dims=False): check each package the test builds as it will be deployed: stand-alone in "
-    "a fresh interpreter (standalone=True; every package with --aoti-deploy-check), from `threads` threads x `calls` "
-    "calls with num_runners runners, a weight swap through load_constants and back (weights=True), a CUDA graph "
-    "capture and replay (cuda_graph=True), each dynamic dim at its min, max, 1 and 2 against eager (probe_dims=True)",
+    "cuda_graph=False, probe_dims=False, device_matrix=False): check each package the test builds as it will be "
+    "deployed: stand-alone in a fresh interpreter (standalone=True; every package with --aoti-deploy-check), from "
+    "`threads` threads x `calls` calls with num_runners runners, a weight swap through load_constants and back "
+    "(weights=True), a CUDA graph capture and replay (cuda_graph=True), each dynamic dim at its min, max, 1 and 2 "
+    "against eager (probe_dims=True), on every visible GPU, loaded with each device_index (device_matrix=True)",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
     "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
 }
@@ -585,6 +589,7 @@ def _deploy_request(item: pytest.Item, settings: Settings) -> DeployRequest:
         weights=_flag(args["weights"], where, "weights"),
         cuda_graph=_flag(args["cuda_graph"], where, "cuda_graph"),
         probe_dims=_flag(args["probe_dims"], where, "probe_dims"),
+        device_matrix=_flag(args["device_matrix"], where, "device_matrix"),
     )
 
 

@@ -11,6 +11,7 @@ PACKAGE...`` and ``pytest --aoti-verify PACKAGE...`` run it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from pytest_aoti import snapshots
+from pytest_aoti.compiler import one_line
 from pytest_aoti.errors import AOTICompileError, AOTIVerifyError
 from pytest_aoti.invariants import (
     check_inputs,
@@ -244,6 +246,10 @@ def verify_package(
             check_outputs(spec, leaves, run_device, bound)
         except AssertionError as error:
             raise AOTIVerifyError(f"{path}: {error}\n{env_line}") from None
+        except RuntimeError as error:  # the package's own error (a kernel, a custom op, the runtime's checks)
+            raise AOTIVerifyError(
+                f"{path}: on {run_device} the package raised: {one_line(error)}\n{env_line}"
+            ) from None
         finally:
             del runner
     found = _differences(leaves, tensors, int(metadata["outputs"]), rtol, atol)
@@ -292,9 +298,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", help="device to run on (default: the package's own: cpu, or cuda:0)")
     parser.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default by dtype)")
     parser.add_argument("--atol", type=float, help="absolute tolerance (with --rtol; default by dtype)")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module to import first, e.g. the one registering the package's custom ops (repeatable)",
+    )
     options = parser.parse_args(argv)
     if (options.rtol is None) != (options.atol is None):
         parser.error("--rtol and --atol: give both or neither")
+    for module in options.imports:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # whatever the user's module raises: one line, then stop
+            print(f"FAILED --import {module}: {type(error).__name__}: {error}")
+            return 2
     failed = 0
     for package in options.packages:
         try:

@@ -1,7 +1,8 @@
 """Deployment checks with real compiles: a package runs stand-alone (a fresh interpreter, an empty Inductor cache,
 no test directory on sys.path) or fails naming the custom op and its module; 8 threads on a num_runners=4 package
 give what serial calls give; a weight swap through load_constants and back matches eager, or names the weights the
-package inlined; probing a dynamic dim at its edges finds the size export assumed away."""
+package inlined; probing a dynamic dim at its edges finds the size export assumed away; the device matrix of a CPU
+package runs it on the CPU in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class WithHelperOp(torch.nn.Module):
         return twice(x.sin()) + 1
 
 
-@pytest.mark.aoti_deploy(standalone=True, threads=8, num_runners=4)
+@pytest.mark.aoti_deploy(standalone=True, threads=8, num_runners=4, device_matrix=True)
 def test_self_contained(aoti_compile):
     aoti_compile(MLP().eval(), (torch.randn(4, 8),))
 
@@ -98,6 +99,8 @@ def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest
     assert "dim batch in [1, 8]: FAILED at 1: Tensor-likes are not close!" in text
     # A deployment check's failure is not a kernel's: no debug rerun, even under --aoti-debug (not asked here).
     cases = junit_cases(pytester.path / "r.xml")
+    # The device each test ran on, for JUnit consumers (one GPU per xdist worker on a multi-GPU host).
+    assert cases["test_self_contained"]["properties"]["aoti_device"] == "cpu"
     assert cases["test_self_contained"]["outcomes"] == [] and cases["test_needs_its_helper_module"]["outcomes"] == [
         "failure"
     ]

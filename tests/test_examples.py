@@ -26,4 +26,4 @@ def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -
     else:
         result.assert_outcomes(passed=9, skipped=3)
         assert result.stdout.str().count(": no CUDA device on this machine") == 3
-    assert "aoti: device=auto, debug=on, isolate=off, rerun timeout=600s" in result.stdout.str()
+    assert "aoti: device=auto (cpu), debug=on, isolate=off, rerun timeout=600s" in result.stdout.str()

@@ -37,7 +37,7 @@ def test_the_core_loads_neither_pytest_nor_the_debug_orchestration(core: str) ->
     assert not loaded & set(ORCHESTRATION), sorted(loaded & set(ORCHESTRATION))
 
 
-@pytest.mark.parametrize("light", ["pytest_aoti.protocol", "pytest_aoti.processes"])
+@pytest.mark.parametrize("light", ["pytest_aoti.protocol", "pytest_aoti.processes", "pytest_aoti.devices"])
 def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
     loaded = _loaded_after(light)
     assert not {"torch", "pytest", "_pytest"} & loaded

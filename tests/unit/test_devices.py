@@ -1,0 +1,54 @@
+"""One GPU per xdist worker: which device each worker, its children and the header get (pure functions; the
+multi-GPU run itself is in tests/gpu/test_multi_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_aoti.child_args import strip_parent_only
+from pytest_aoti.devices import assigned_device, choose_device, worker_map, xdist_worker_index
+
+
+@pytest.mark.parametrize(
+    ("setting", "worker", "gpus", "expected"),
+    [
+        ("auto", None, 0, "cpu"),  # a CPU machine
+        ("auto", 3, 0, "cpu"),
+        ("auto", None, 2, "cuda:0"),  # not under xdist: the first GPU
+        ("auto", 0, 2, "cuda:0"),
+        ("auto", 1, 2, "cuda:1"),
+        ("auto", 2, 2, "cuda:0"),  # more workers than GPUs: round robin
+        ("auto", 7, 8, "cuda:7"),
+        ("auto", 5, 1, "cuda:0"),  # one GPU: every worker on it, as before
+        ("cuda", 1, 2, "cuda:1"),  # plain "cuda" spreads too
+        ("cuda", 1, 0, "cuda"),  # and without a GPU stays cuda (the fixture skips)
+        ("cuda:1", 0, 2, "cuda:1"),  # an index pins every worker
+        ("cuda:0", 3, 4, "cuda:0"),
+        ("cpu", 1, 2, "cpu"),
+    ],
+)
+def test_each_worker_takes_its_share_of_the_gpus(setting: str, worker: int | None, gpus: int, expected: str) -> None:
+    assert choose_device(setting, worker, gpus) == expected
+
+
+def test_the_worker_index_comes_from_xdist() -> None:
+    assert xdist_worker_index({"PYTEST_XDIST_WORKER": "gw12"}) == 12
+    assert xdist_worker_index({}) is None
+    assert xdist_worker_index({"PYTEST_XDIST_WORKER": "popen-gw1"}) is None
+
+
+def test_the_header_maps_workers_to_gpus() -> None:
+    assert worker_map("auto", 3, 2) == ["gw0→cuda:0", "gw1→cuda:1", "gw2→cuda:0"]
+
+
+def test_a_child_is_pinned_only_when_a_worker_took_a_gpu() -> None:
+    # This machine's GPUs decide the rest (tests/gpu covers a GPU host); a pinned setting or a non-worker never is.
+    assert assigned_device("cuda:1", {"PYTEST_XDIST_WORKER": "gw0"}) is None
+    assert assigned_device("auto", {}) is None
+    assert assigned_device("cpu", {"PYTEST_XDIST_WORKER": "gw1"}) is None
+
+
+def test_the_parents_device_choice_is_what_a_child_repeats() -> None:
+    # The child's line drops scheduling options but keeps --aoti-device; the pin is appended after the user's own,
+    # so argparse takes it (the last one wins).
+    assert strip_parent_only(["-n", "2", "--aoti-device=auto", "t.py"]) == ["--aoti-device=auto", "t.py"]
