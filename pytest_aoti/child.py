@@ -31,7 +31,7 @@ import pytest
 
 from pytest_aoti import processes
 from pytest_aoti.child_args import strip_parent_only
-from pytest_aoti.devices import assigned_device
+from pytest_aoti.devices import assigned_device, workerid
 from pytest_aoti.phases import last_phase
 from pytest_aoti.processes import signal_group, signal_name
 from pytest_aoti.protocol import (
@@ -152,7 +152,7 @@ def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
         command.append("--capture=no")
     # An xdist worker's share of the GPUs (devices.py): the child is not a worker, and without this would take
     # cuda:0; its reproduce line names the GPU it ran on.
-    assigned = assigned_device(config.stash[settings_key].device)
+    assigned = assigned_device(config.stash[settings_key].device, workerid(config))
     if assigned is not None:
         command.append(f"--aoti-device={assigned}")
     return command

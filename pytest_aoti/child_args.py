@@ -9,7 +9,12 @@ ini file's ``addopts``. Pure functions over strings: no pytest, no torch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+# pytest-xdist's ``--dist loadgroup`` appends ``@<group>`` to the node ids of tests marked ``xdist_group``; a child
+# is not under xdist, and its node ids lack it. Not inside brackets: ``test[a@b]`` is a parameter id.
+_XDIST_GROUP_SUFFIX = re.compile(r"@[^\[\]:@]+$")
 
 # Options followed by a value (``--junitxml=r.xml`` or ``--junitxml r.xml``).
 VALUE_OPTIONS = frozenset(
@@ -96,3 +101,8 @@ def strip_parent_only(args: Sequence[str]) -> list[str]:
             continue
         kept.append(arg)
     return kept
+
+
+def without_xdist_group(nodeid: str) -> str:
+    """``nodeid`` as a process outside xdist collects it: without the ``@group`` of ``--dist loadgroup``."""
+    return _XDIST_GROUP_SUFFIX.sub("", nodeid)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.child import write_report, write_warning
+from pytest_aoti.child_args import without_xdist_group
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.fixtures import debug_dirs_key
 from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, NUMERICS_ENV
@@ -27,7 +28,7 @@ from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTI
 class ChildSession:
     def __init__(self, config: pytest.Config, nodeid: str, test_path: str | None, report_file: str | None) -> None:
         self.config = config
-        self.nodeid = nodeid
+        self.nodeid = without_xdist_group(nodeid)
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
         if os.environ.get(CHILD_ENV) != "isolate":

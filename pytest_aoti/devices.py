@@ -11,9 +11,7 @@ a machine with an NVIDIA driver, so a CPU-only session never imports torch to le
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 SPREAD_SETTINGS = ("auto", "cuda")  # settings that let each xdist worker take its own GPU
@@ -21,10 +19,18 @@ _WORKER = re.compile(r"gw(\d+)")
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def xdist_worker_index(env: Mapping[str, str] = os.environ) -> int | None:
-    """N of the xdist worker ``gwN`` this process is; None outside xdist (the controller, a plain run, a child)."""
-    match = _WORKER.fullmatch(env.get("PYTEST_XDIST_WORKER", ""))
+def xdist_worker_index(workerid: str | None) -> int | None:
+    """N of the xdist worker ``gwN`` (``config.workerinput["workerid"]``); None outside xdist (the controller, a
+    plain run, a child). Not ``PYTEST_XDIST_WORKER``: a pytest started from inside a worker (pytester, a script)
+    inherits that variable without being a worker."""
+    match = _WORKER.fullmatch(workerid or "")
     return int(match.group(1)) if match else None
+
+
+def workerid(config: object) -> str | None:
+    """The xdist worker id of the process ``config`` belongs to; None when it is no worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput.get("workerid") if isinstance(workerinput, dict) else None
 
 
 def choose_device(setting: str, worker: int | None, cuda_count: int) -> str:
@@ -61,11 +67,11 @@ def visible_cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def assigned_device(setting: str, env: Mapping[str, str] = os.environ) -> str | None:
-    """The device an xdist worker's share gives it, when the setting spreads workers and there is a GPU; None
-    otherwise (the setting applies as given). What a child of this worker is pinned to."""
-    worker = xdist_worker_index(env)
-    if worker is None or setting not in SPREAD_SETTINGS:
+def assigned_device(setting: str, worker: str | None) -> str | None:
+    """The device xdist worker ``worker``'s share gives it, when the setting spreads workers and there is a GPU;
+    None otherwise (the setting applies as given). What a child of this worker is pinned to."""
+    index = xdist_worker_index(worker)
+    if index is None or setting not in SPREAD_SETTINGS:
         return None
     count = visible_cuda_devices()
-    return choose_device(setting, worker, count) if count else None
+    return choose_device(setting, index, count) if count else None

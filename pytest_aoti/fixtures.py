@@ -43,7 +43,7 @@ def cache_stats(config: pytest.Config) -> list[dict[str, Any]]:
     return [*config.stash.get(worker_stats_key, []), *own]
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, worker: str | None = None) -> torch.device:
     """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device, an xdist worker's ``auto``/``cuda`` to its own GPU
     (:mod:`pytest_aoti.devices`); skips the test when the CUDA device is absent."""
     import torch
@@ -51,7 +51,7 @@ def resolve_device(name: str) -> torch.device:
     from pytest_aoti.devices import choose_device, visible_cuda_devices, xdist_worker_index
 
     count = visible_cuda_devices()
-    device = torch.device(choose_device(name, xdist_worker_index(), count))
+    device = torch.device(choose_device(name, xdist_worker_index(worker), count))
     if device.type == "cuda":
         if not count:
             pytest.skip(f"aoti_device {name!r}: CUDA is not available on this machine")
@@ -69,7 +69,9 @@ device_property_key = pytest.StashKey[str]()
 def aoti_device(pytestconfig: pytest.Config) -> torch.device:
     """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``; under xdist, ``auto`` gives each
     worker its own GPU. It is also made the current CUDA device, so a test's plain ``"cuda"`` tensors land there."""
-    device = resolve_device(pytestconfig.stash[settings_key].device)
+    from pytest_aoti.devices import workerid
+
+    device = resolve_device(pytestconfig.stash[settings_key].device, workerid(pytestconfig))
     shown = str(device)
     if device.type == "cuda" and device.index is not None:
         import torch

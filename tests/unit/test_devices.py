@@ -3,10 +3,12 @@ multi-GPU run itself is in tests/gpu/test_multi_gpu.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from pytest_aoti.child_args import strip_parent_only
-from pytest_aoti.devices import assigned_device, choose_device, worker_map, xdist_worker_index
+from pytest_aoti.child_args import strip_parent_only, without_xdist_group
+from pytest_aoti.devices import assigned_device, choose_device, worker_map, workerid, xdist_worker_index
 
 
 @pytest.mark.parametrize(
@@ -31,10 +33,13 @@ def test_each_worker_takes_its_share_of_the_gpus(setting: str, worker: int | Non
     assert choose_device(setting, worker, gpus) == expected
 
 
-def test_the_worker_index_comes_from_xdist() -> None:
-    assert xdist_worker_index({"PYTEST_XDIST_WORKER": "gw12"}) == 12
-    assert xdist_worker_index({}) is None
-    assert xdist_worker_index({"PYTEST_XDIST_WORKER": "popen-gw1"}) is None
+def test_the_worker_index_comes_from_xdist_s_workerinput() -> None:
+    assert xdist_worker_index("gw12") == 12
+    assert xdist_worker_index(None) is None
+    assert xdist_worker_index("popen-gw1") is None
+
+    # Not from PYTEST_XDIST_WORKER: a pytest started inside a worker (pytester, a script) inherits it.
+    assert workerid(SimpleNamespace(workerinput={"workerid": "gw3"})) == "gw3" and workerid(object()) is None
 
 
 def test_the_header_maps_workers_to_gpus() -> None:
@@ -43,12 +48,26 @@ def test_the_header_maps_workers_to_gpus() -> None:
 
 def test_a_child_is_pinned_only_when_a_worker_took_a_gpu() -> None:
     # This machine's GPUs decide the rest (tests/gpu covers a GPU host); a pinned setting or a non-worker never is.
-    assert assigned_device("cuda:1", {"PYTEST_XDIST_WORKER": "gw0"}) is None
-    assert assigned_device("auto", {}) is None
-    assert assigned_device("cpu", {"PYTEST_XDIST_WORKER": "gw1"}) is None
+    assert assigned_device("cuda:1", "gw0") is None
+    assert assigned_device("auto", None) is None
+    assert assigned_device("cpu", "gw1") is None
 
 
 def test_the_parents_device_choice_is_what_a_child_repeats() -> None:
     # The child's line drops scheduling options but keeps --aoti-device; the pin is appended after the user's own,
     # so argparse takes it (the last one wins).
     assert strip_parent_only(["-n", "2", "--aoti-device=auto", "t.py"]) == ["--aoti-device=auto", "t.py"]
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "outside_xdist"),
+    [
+        ("t.py::test_after_ima[8]@poisoned", "t.py::test_after_ima[8]"),  # --dist loadgroup's suffix
+        ("t.py::test_ima@poisoned", "t.py::test_ima"),
+        ("t.py::test_mail[a@b]", "t.py::test_mail[a@b]"),  # an @ in a parameter id stays
+        ("t.py::test_mail[a@b]@group", "t.py::test_mail[a@b]"),
+        ("t.py::TestX::test_y", "t.py::TestX::test_y"),
+    ],
+)
+def test_a_child_selects_the_test_without_its_xdist_group(nodeid: str, outside_xdist: str) -> None:
+    assert without_xdist_group(nodeid) == outside_xdist
