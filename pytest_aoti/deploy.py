@@ -30,6 +30,9 @@ _MISSING_OP = re.compile(
 )
 
 
+_CAUGHT_IN_AOTI = re.compile(r"Exception in aoti_torch: (.+)")
+
+
 def _interpreter_env(workdir: Path) -> dict[str, str]:
     """The environment of a deployment: no PYTHONPATH but what imports pytest-aoti itself (when it is not
     installed), an empty Inductor cache."""
@@ -78,8 +81,10 @@ def _said(text: str, returncode: int) -> str:
         from pytest_aoti.processes import signal_name
 
         return f"crashed with {signal_name(-returncode)}: {lines[-1]}"
-    said = next((line for line in lines if line.startswith("FAILED ")), lines[-1])
-    return said.removeprefix("FAILED ")
+    said = next((line for line in lines if line.startswith("FAILED ")), lines[-1]).removeprefix("FAILED ")
+    # The runtime's one line ("run_func_(...) API call failed") hides the cause, which its C++ side printed.
+    cause = _CAUGHT_IN_AOTI.search(text)
+    return f"{said} (the package's error: {cause.group(1).strip()})" if cause else said
 
 
 def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> str:

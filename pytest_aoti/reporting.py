@@ -387,6 +387,9 @@ def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pyte
     reports = list(run.reports)
     for report in reports:
         report.sections.append(note)
+        # The parent's id: under ``--dist loadgroup`` it carries ``@group``, which the child's (not a worker) lacks,
+        # and xdist checks that a worker reports the item it runs.
+        report.nodeid = item.nodeid
     phases_done = {report.when for report in reports}
     if "teardown" in phases_done:
         return reports  # the test was fully reported; whatever ended the child came after it
