@@ -71,3 +71,17 @@ def test_the_parents_device_choice_is_what_a_child_repeats() -> None:
 )
 def test_a_child_selects_the_test_without_its_xdist_group(nodeid: str, outside_xdist: str) -> None:
     assert without_xdist_group(nodeid) == outside_xdist
+
+
+def test_a_workers_child_and_its_reproduce_line_name_the_workers_gpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine has no GPU: the share a worker would get on a two-GPU host is given, the command line is real.
+    import pytest_aoti.child as child
+
+    config = pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-device=auto", "-k", "x")
+    monkeypatch.setattr(child, "assigned_device", lambda setting, worker: "cuda:1" if setting == "auto" else None)
+    command = child.child_command(config, capture=True)
+    assert command[-1] == "--aoti-device=cuda:1" and "--aoti-device=auto" in command
+    # argparse takes the last one: the child runs on the worker's GPU, not on cuda:0.
+    assert command.index("--aoti-device=cuda:1") > command.index("--aoti-device=auto")
