@@ -164,18 +164,23 @@ def aoti_benchmark(
                 min_run_time=run_time,
                 clock="wall" if aoti_device.type == "cuda" else settings.benchmark_clock,
             )
-        comparison = _against_baseline(item, figures, aoti_device, key, allowed)
-        _record(item, figures, comparison, key)
-        item.add_report_section("call", "aoti benchmark", f"{benchmark.describe(figures)}\n{comparison.text}")
-        if comparison.status == "slower":
-            slower = pytest.fail.Exception(
-                f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False
-            )
-            slower.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
-            raise slower
-        return BenchmarkResult(figures, comparison, _baseline_file(item))
+        return _judged(item, figures, _against_baseline(item, figures, aoti_device, key, allowed), key)
 
     return bench
+
+
+def _judged(item: pytest.Item, figures: Figures, comparison: Comparison, key: str | None) -> BenchmarkResult:
+    """The measurement recorded (JUnit, report section); a benchmark slower than its baseline fails the test."""
+    __tracebackhide__ = True
+    from pytest_aoti import benchmark
+
+    _record(item, figures, comparison, key)
+    item.add_report_section("call", "aoti benchmark", f"{benchmark.describe(figures)}\n{comparison.text}")
+    if comparison.status == "slower":
+        slower = pytest.fail.Exception(f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False)
+        slower.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
+        raise slower
+    return BenchmarkResult(figures, comparison, _baseline_file(item))
 
 
 def _against_baseline(

@@ -759,61 +759,83 @@ def check_model(
         allow_specialized_dims=allow_specialized_dims,
     )
     module = as_module(model)
+    tolerance = (rtol, atol) if rtol is not None and atol is not None else None
     for number, (call_args, call_kwargs) in enumerate(input_sets):
+        label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
         # The numerics debug stage captures both sides of every compared call.
         capture = observers.capture(number) if observers.capture is not None else None
-        label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
-        # Each side gets its own copy: a model that mutates an input in place must not feed eager what the
-        # package left behind. What each side left in its inputs is compared too.
-        package_args, package_kwargs = _copied((call_args, call_kwargs))
-        eager_args, eager_kwargs = _copied((call_args, call_kwargs))
-        try:
-            with capture.package() if capture else contextlib.nullcontext():
-                actual = compiled.call(package_args, package_kwargs)
-        except AOTIInvariantError as error:
-            if number:  # which input set broke the invariant
-                error.args = (f"{label}: {error}",)
-            raise
-        with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
-            expected = module(*eager_args, **eager_kwargs)
-        try:
-            torch.testing.assert_close(
-                actual,
-                expected,
-                rtol=rtol,
-                atol=atol,
-                equal_nan=allow_nonfinite,
-                msg=functools.partial(_mismatch_message, label),
-            )
-            torch.testing.assert_close(
-                (package_args, package_kwargs),
-                (eager_args, eager_kwargs),
-                rtol=rtol,
-                atol=atol,
-                equal_nan=True,
-                msg=functools.partial(_mismatch_message, f"{label}, as the model left them (mutated in place)"),
-            )
-        except AssertionError as mismatch:
-            if capture is not None:
-                flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, call_args, call_kwargs)
-                tolerance = (rtol, atol) if rtol is not None and atol is not None else None
-                capture.explain(
-                    compiled.package_path,
-                    compiled.exported_program,
-                    flat,
-                    tolerance,
-                    package_outputs=actual,
-                    eager_outputs=expected,
-                )
-            random_ops = _random_ops(compiled.exported_program)
-            if random_ops:
-                raise AOTIMismatchError(
-                    f"{mismatch}\n\n{_random_explanation(random_ops, module)}", random_ops=random_ops
-                ) from None
-            raise AOTIMismatchError(str(mismatch)) from None
+        actual = _compare_input_set(
+            compiled, module, label, (call_args, call_kwargs), tolerance, allow_nonfinite, capture
+        )
         if golden is not None:
             golden("example" if number == 0 else f"more_inputs[{number - 1}]", actual, compiled)
     return compiled
+
+
+def _compare_input_set(
+    compiled: CompiledModel,
+    module: torch.nn.Module,
+    label: str,
+    inputs: tuple[Any, dict[str, Any]],
+    tolerance: tuple[float, float] | None,
+    allow_nonfinite: bool,
+    capture: CallCapture | None,
+) -> Any:
+    """The package against eager on one input set; returns the package's outputs, raises
+    :class:`AOTIMismatchError` (or the call's :class:`AOTIInvariantError`, naming the input set)."""
+    __tracebackhide__ = True
+    rtol, atol = tolerance if tolerance is not None else (None, None)
+    # Each side gets its own copy: a model that mutates an input in place must not feed eager what the package
+    # left behind. What each side left in its inputs is compared too.
+    package_args, package_kwargs = _copied(inputs)
+    eager_args, eager_kwargs = _copied(inputs)
+    try:
+        with capture.package() if capture else contextlib.nullcontext():
+            actual = compiled.call(package_args, package_kwargs)
+    except AOTIInvariantError as error:
+        if label != "example inputs":  # which input set broke the invariant
+            error.args = (f"{label}: {error}",)
+        raise
+    with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
+        expected = module(*eager_args, **eager_kwargs)
+    try:
+        torch.testing.assert_close(
+            actual,
+            expected,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=allow_nonfinite,
+            msg=functools.partial(_mismatch_message, label),
+        )
+        torch.testing.assert_close(
+            (package_args, package_kwargs),
+            (eager_args, eager_kwargs),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=functools.partial(_mismatch_message, f"{label}, as the model left them (mutated in place)"),
+        )
+    except AssertionError as mismatch:
+        if capture is not None:
+            flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
+            capture.explain(
+                compiled.package_path,
+                compiled.exported_program,
+                flat,
+                tolerance,
+                package_outputs=actual,
+                eager_outputs=expected,
+            )
+        raise _mismatch_error(mismatch, compiled, module) from None
+    return actual
+
+
+def _mismatch_error(mismatch: AssertionError, compiled: CompiledModel, module: torch.nn.Module) -> AOTIMismatchError:
+    """The mismatch, with the graph's random ops named when it has any (then eager and package draw differently)."""
+    random_ops = _random_ops(compiled.exported_program)
+    if random_ops:
+        return AOTIMismatchError(f"{mismatch}\n\n{_random_explanation(random_ops, module)}", random_ops=random_ops)
+    return AOTIMismatchError(str(mismatch))
 
 
 def _random_ops(program: ExportedProgram) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -218,6 +218,117 @@ def not_rerun_reason(
     return None
 
 
+class Launcher(Protocol):
+    """Starts one child for a stage and waits for it: :func:`pytest_aoti.child.run_child` bound to the test."""
+
+    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun: ...
+
+
+@dataclass
+class StagePipeline:
+    """The debug stages of one failing test, in order, each run through ``launch``; what each found goes into
+    ``verdict``. ``launch`` is the one way a stage reaches a process, so the pipeline runs as well on a fake one."""
+
+    launch: Launcher
+    workdir: Path
+    extra_env: Mapping[str, str]
+    flaky_reruns: int = 0
+    verdict: Verdict = field(default_factory=lambda: Verdict(""))
+    stopped: bool = False  # a stage timed out: later ones would hang the same way
+
+    @property
+    def bundle(self) -> Path:
+        return self.workdir / "bundle"
+
+    def stage(self, name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
+        """Run stage ``name``; the first stage runs again, up to ``flaky_reruns`` times, until it reproduces the
+        failure (its package is cached by then), and records the failing call in the repro bundle."""
+        is_first_stage = not self.verdict.stages
+        attempt = 1
+        while True:
+            run_env = {**env, BUNDLE_ENV: str(self.bundle)} if is_first_stage else env
+            run = self.launch(name, run_env, prefix, attempt)
+            self.verdict.stages.append(run)
+            if not is_first_stage or run.reproduced or attempt > self.flaky_reruns:
+                return run
+            attempt += 1
+
+    def numerics(self, mismatch: bool) -> None:
+        if not mismatch:
+            self.verdict.notes.append(
+                "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, and this failure "
+                "is not one"
+            )
+            return
+        run = self.stage("numerics", numerics_env(self.workdir / "numerics", self.extra_env))
+        self.verdict.phase = run.phase
+        self.verdict.numerics = read_finding(self.workdir / "numerics")
+        if self.verdict.numerics is None and run.outcome == "failed":
+            self.verdict.notes.append(
+                "stage numerics found no mismatch to explain (the failure in this run was another)"
+            )
+
+    def kernels(self, later_stages: bool) -> str:
+        """Stage kernels; returns its log."""
+        verdict = self.verdict
+        first = self.stage("kernels", kernels_env(self.extra_env))
+        log = first.log
+        verdict.phase = first.phase
+        verdict.died_in = kernel_log.died_in(log)
+        verdict.last_completed = kernel_log.last_completed(log)
+        verdict.nan_assert = kernel_log.nan_assert(log)
+        verdict.runtime_check = kernel_log.runtime_check_error(log)
+        verdict.cuda_error = kernel_log.cuda_error(log)
+        verdict.device_assert = kernel_log.device_assert(log)
+        if first.outcome == "timed out" and later_stages:
+            self.stopped = True
+            verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
+        return log
+
+    def tensors(self, suspects: tuple[str, ...], held: HeldChild | None, timeout: float) -> None:
+        """Stage tensors, filtered to ``suspects``: in ``held`` when it was started early, else a new child."""
+        verdict = self.verdict
+        env = tensors_env(suspects, self.extra_env)
+        if held is not None:
+            second = held.release({FILTER_ENV: env[FILTER_ENV]}, timeout)
+            verdict.stages.append(second)
+        else:
+            second = self.stage("tensors", env)
+        log = second.log
+        stats = kernel_log.tensor_stats(log)
+        verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
+        if verdict.suspect_kernel is not None:
+            verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
+        verdict.device_assert = verdict.device_assert or kernel_log.device_assert(log)
+        verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(log)
+        verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(log)
+        verdict.phase = verdict.phase or second.phase
+
+    def sanitizer(self) -> None:
+        tool = sanitizer_path()
+        if tool is None:
+            self.verdict.notes.append(
+                "stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)"
+            )
+            return
+        run = self.stage("sanitizer", {**SANITIZER_ENV, **self.extra_env}, prefix=(tool, *SANITIZER_ARGS))
+        self.verdict.sanitizer = kernel_log.sanitizer_error(run.log)
+
+    def attach_bundle(self, source_root: Path, log: str) -> None:
+        """The user's source lines of the kernels, and the repro bundle with the stages' logs in it."""
+        verdict, bundle = self.verdict, self.bundle
+        verdict.source_root = source_root
+        if (bundle / "package.pt2").exists():
+            launches = provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle))
+            verdict.sources = kernel_sources(verdict, launches, log)
+        if (bundle / "repro.py").exists():
+            for run in verdict.stages:
+                if run.log_path.exists():
+                    shutil.copyfile(run.log_path, bundle / run.log_path.name)
+            verdict.bundle = bundle
+            verdict.custom_ops = custom_op_modules(bundle)
+
+
 def debug_rerun(
     config: pytest.Config,
     nodeid: str,
@@ -242,24 +353,13 @@ def debug_rerun(
     reproduce the failure runs up to ``flaky_reruns`` more times (its package is cached by then): a flaky failure
     is told from one that needs the tests before it.
     """
-    verdict = Verdict(nodeid)
-    bundle = workdir / "bundle"
 
-    def stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
-        run = run_stage(name, env, prefix)
-        is_first_stage = len(verdict.stages) == 1
-        while is_first_stage and not run.reproduced and run.attempt <= flaky_reruns:
-            run = run_stage(name, env, prefix, run.attempt + 1)
-        return run
-
-    def run_stage(name: str, env: dict[str, str], prefix: tuple[str, ...] = (), attempt: int = 1) -> ChildRun:
-        if not verdict.stages or attempt > 1:  # the first stage records the failing call, under its debug env
-            env = {**env, BUNDLE_ENV: str(bundle)}
-        run = run_child(
+    def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun:
+        return run_child(
             config,
             nodeid,
             test_path=test_path,
-            stage=name,
+            stage=stage,
             env=env,
             timeout=timeout,
             workdir=workdir,
@@ -267,99 +367,57 @@ def debug_rerun(
             prefix=prefix,
             attempt=attempt,
         )
-        verdict.stages.append(run)
-        return run
 
-    if "numerics" in stages:
-        if mismatch:
-            run = stage("numerics", numerics_env(workdir / "numerics", extra_env))
-            verdict.phase = run.phase
-            verdict.numerics = read_finding(workdir / "numerics")
-            if verdict.numerics is None and run.outcome == "failed":
-                verdict.notes.append(
-                    "stage numerics found no mismatch to explain (the failure in this run was another)"
-                )
-        else:
-            verdict.notes.append(
-                "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, "
-                "and this failure is not one"
-            )
-    log = ""
-    stopped = False  # a stage timed out: later ones would hang the same way
+    pipeline = StagePipeline(launch, workdir, extra_env, flaky_reruns, Verdict(nodeid))
     held: HeldChild | None = None
-    tensors_base = tensors_env((), extra_env)
     if "kernels" in stages and "tensors" in stages:
         # The tensors stage's filter comes from the kernels stage's log, but its interpreter can start (and import
         # torch) while the kernels stage runs.
+        env = {k: v for k, v in tensors_env((), extra_env).items() if k != FILTER_ENV}
+        hold_limit = timeout * (1 + flaky_reruns) + 120
         held = HeldChild(
-            config,
-            nodeid,
-            test_path=test_path,
-            stage="tensors",
-            env={k: v for k, v in tensors_base.items() if k != FILTER_ENV},
-            workdir=workdir,
-            hold_limit=timeout * (1 + flaky_reruns) + 120,
+            config, nodeid, test_path=test_path, stage="tensors", env=env, workdir=workdir, hold_limit=hold_limit
         )
     try:
-        if "kernels" in stages:
-            first = stage("kernels", kernels_env(extra_env))
-            log = first.log
-            verdict.phase = first.phase
-            verdict.died_in = kernel_log.died_in(log)
-            verdict.last_completed = kernel_log.last_completed(log)
-            verdict.nan_assert = kernel_log.nan_assert(log)
-            verdict.runtime_check = kernel_log.runtime_check_error(log)
-            verdict.cuda_error = kernel_log.cuda_error(log)
-            verdict.device_assert = kernel_log.device_assert(log)
-            if first.outcome == "timed out" and len(stages) > 1:
-                stopped = True
-                verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
-        launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
-        suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
-        verdict.suspects = suspects
-        reproduced = not verdict.stages or verdict.reproduced
-        if "tensors" in stages and suspects and reproduced and not stopped:
-            env = tensors_env(suspects, extra_env)
-            if held is not None:
-                second = held.release({FILTER_ENV: env[FILTER_ENV]}, timeout)
-                verdict.stages.append(second)
-            else:
-                second = stage("tensors", env)
-            second_log = second.log
-            stats = kernel_log.tensor_stats(second_log)
-            verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
-            if verdict.suspect_kernel is not None:
-                verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
-            verdict.device_assert = verdict.device_assert or kernel_log.device_assert(second_log)
-            verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(second_log)
-            verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(second_log)
-            verdict.phase = verdict.phase or second.phase
+        kinds = {"nonfinite_failure": nonfinite_failure, "sanitizer_on_cuda_error": sanitizer_on_cuda_error}
+        log = run_stages(pipeline, stages, kernels=kernels, mismatch=mismatch, held=held, timeout=timeout, **kinds)
     finally:
         if held is not None:
             held.discard()  # not needed after all, or this process is stopping
+    if "minify" in stages and not pipeline.stopped:
+        budget, cap = minify_budget, minify_max_candidates
+        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=mismatch)
+    pipeline.attach_bundle(config.invocation_params.dir, log)
+    return pipeline.verdict
+
+
+def run_stages(
+    pipeline: StagePipeline,
+    stages: tuple[str, ...],
+    *,
+    kernels: tuple[str, ...],
+    nonfinite_failure: bool,
+    sanitizer_on_cuda_error: bool,
+    mismatch: bool,
+    held: HeldChild | None = None,
+    timeout: float = 0.0,
+) -> str:
+    """Numerics, kernels, tensors and sanitizer, each when asked for and when what came before allows it; returns
+    stage kernels' log (empty without it)."""
+    verdict = pipeline.verdict
+    if "numerics" in stages:
+        pipeline.numerics(mismatch)
+    log = pipeline.kernels(later_stages=len(stages) > 1) if "kernels" in stages else ""
+    launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
+    suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
+    verdict.suspects = suspects
+    reproduced = not verdict.stages or verdict.reproduced
+    if "tensors" in stages and suspects and reproduced and not pipeline.stopped:
+        pipeline.tensors(suspects, held, timeout)
     cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
-    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not stopped:
-        tool = sanitizer_path()
-        if tool is None:
-            verdict.notes.append(
-                "stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)"
-            )
-        else:
-            run = stage("sanitizer", {**SANITIZER_ENV, **extra_env}, prefix=(tool, *SANITIZER_ARGS))
-            verdict.sanitizer = kernel_log.sanitizer_error(run.log)
-    if "minify" in stages and not stopped:
-        _minify(verdict, bundle, workdir, budget=minify_budget, max_candidates=minify_max_candidates, mismatch=mismatch)
-    verdict.source_root = config.invocation_params.dir
-    if (bundle / "package.pt2").exists():
-        launches = provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle))
-        verdict.sources = kernel_sources(verdict, launches, log)
-    if (bundle / "repro.py").exists():
-        for run in verdict.stages:
-            if run.log_path.exists():
-                shutil.copyfile(run.log_path, bundle / run.log_path.name)
-        verdict.bundle = bundle
-        verdict.custom_ops = custom_op_modules(bundle)
-    return verdict
+    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not pipeline.stopped:
+        pipeline.sanitizer()
+    return log
 
 
 def kernel_sources(

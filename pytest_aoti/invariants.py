@@ -224,7 +224,41 @@ def check_inputs(
             expected=f"{len(spec.inputs)} flat inputs",
             actual=f"{len(flat_inputs)}",
         )
-    tensors: list[tuple[int, TensorSpec, torch.Tensor]] = []
+    tensors = _typed_tensor_inputs(spec, flat_inputs, device)
+    bound = _bind_dims(spec, tensors)
+    _check_shapes(spec, tensors, bound)
+    run_with = list(flat_inputs)
+    for index, expected, value in tensors:
+        compiled_stride = _compiled_stride(expected, value, bound)
+        if compiled_stride is not None:
+            if not restride:
+                raise AOTIInvariantError(
+                    "input_stride",
+                    side="input",
+                    index=index,
+                    name=expected.name,
+                    expected=_fmt_stride(compiled_stride),
+                    actual=_fmt_stride(value.stride()),
+                    detail="the package reads this input with the strides it was compiled for (a transposed, "
+                    f"sliced or expanded view would be read wrongly); pass {expected.name}.contiguous(), or mark "
+                    "the test @pytest.mark.aoti(restride_inputs=True) to have a copy passed",
+                )
+            run_with[index] = torch.empty_strided(
+                value.shape, compiled_stride, dtype=value.dtype, device=value.device
+            ).copy_(value)
+        if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
+            _check_finite("input", index, expected.name, value)
+    return bound, run_with
+
+
+_TensorInput = tuple[int, TensorSpec, "torch.Tensor"]
+
+
+def _typed_tensor_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.device) -> list[_TensorInput]:
+    """The tensor inputs with their specs, once each scalar equals the value baked in at export and each tensor is
+    a tensor on the right device with the right dtype."""
+    __tracebackhide__ = True
+    tensors: list[_TensorInput] = []
     for index, (expected, value) in enumerate(zip(spec.inputs, flat_inputs, strict=True)):
         if isinstance(expected, ScalarSpec):
             if isinstance(value, torch.Tensor) or type(value) is not type(expected.value) or value != expected.value:
@@ -267,10 +301,14 @@ def check_inputs(
                 actual=str(value.dtype),
             )
         tensors.append((index, expected, value))
+    return tensors
 
+
+def _bind_dims(spec: ProgramSpec, tensors: list[_TensorInput]) -> dict[sympy.Symbol, int]:
+    """The dynamic-dim symbols bound to the inputs' sizes: plain symbols first, so derived dims (2*b) can be
+    evaluated; a derived dim whose root appears nowhere else is solved for its root."""
+    __tracebackhide__ = True
     bound: dict[sympy.Symbol, int] = {}
-    # Plain symbols first, so derived dims (2*b) can be evaluated; a derived dim whose root appears nowhere else is
-    # solved for its root.
     for index, expected, value in tensors:
         if len(value.shape) != len(expected.shape):
             raise _shape_error(spec, index, expected, value, f"rank {len(expected.shape)} expected")
@@ -289,6 +327,12 @@ def check_inputs(
         for axis, want in enumerate(expected.shape):
             if isinstance(want, sympy.Expr) and not isinstance(want, sympy.Symbol):
                 _solve_for(want, int(value.shape[axis]), bound)
+    return bound
+
+
+def _check_shapes(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sympy.Symbol, int]) -> None:
+    """Every dim against its static size, its symbol's bound value and the ranges of its symbols."""
+    __tracebackhide__ = True
     for index, expected, value in tensors:
         for axis, (want, got) in enumerate(zip(expected.shape, value.shape, strict=True)):
             if isinstance(want, int):
@@ -310,29 +354,6 @@ def check_inputs(
                         f"dim {axis} is {spec.named(want)}, {spec.named(expr)}={current} outside "
                         f"{_range_text(expr, spec.ranges)}",
                     )
-
-    run_with = list(flat_inputs)
-    for index, expected, value in tensors:
-        compiled_stride = _compiled_stride(expected, value, bound)
-        if compiled_stride is not None:
-            if not restride:
-                raise AOTIInvariantError(
-                    "input_stride",
-                    side="input",
-                    index=index,
-                    name=expected.name,
-                    expected=_fmt_stride(compiled_stride),
-                    actual=_fmt_stride(value.stride()),
-                    detail="the package reads this input with the strides it was compiled for (a transposed, "
-                    f"sliced or expanded view would be read wrongly); pass {expected.name}.contiguous(), or mark "
-                    "the test @pytest.mark.aoti(restride_inputs=True) to have a copy passed",
-                )
-            run_with[index] = torch.empty_strided(
-                value.shape, compiled_stride, dtype=value.dtype, device=value.device
-            ).copy_(value)
-        if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
-            _check_finite("input", index, expected.name, value)
-    return bound, run_with
 
 
 def _compiled_stride(

@@ -389,21 +389,7 @@ def first_divergence(
         for new, old in launch.reused:
             if old in written:
                 written[new] = written.pop(old)
-        # Its inputs: what earlier launches wrote into its arguments (model inputs and weights are eager's own).
-        input_notes: list[str] = []
-        unknown_inputs: list[str] = []
-        for arg in launch.args:
-            held = written.get(arg)
-            value = before[arg]
-            if held is None or value is None:
-                continue
-            writer, node = held
-            if node is None or node not in values.eager:
-                unknown_inputs.append(f"{arg} (written by {writer}: no graph node holds its value)")
-                continue
-            difference = compare(value, values.eager[node], tolerance)
-            if difference is not None and difference.diverged:
-                input_notes.append(f"{arg} (node {node}) differs from eager: max abs err {difference.max_abs:.3g}")
+        input_notes, unknown_inputs = _inputs_against_eager(launch, before, written, values, tolerance)
         outputs = [
             arg
             for arg in launch.args
@@ -411,11 +397,8 @@ def first_divergence(
         ]
         # A node is compared where it is finished (its last launch), with the written buffer closest to eager's
         # value: a fused kernel may also store intermediates of the node's shape.
-        candidates = sorted(
-            (n for n in launch.nodes if n in values.eager and last_launch.get(n) == number),
-            key=lambda n: position.get(n, -1),
-            reverse=True,
-        )
+        finished = (n for n in launch.nodes if n in values.eager and last_launch.get(n) == number)
+        candidates = sorted(finished, key=lambda n: position.get(n, -1), reverse=True)
         worst: tuple[KernelFinding, Difference] | None = None
         for node in candidates:
             expected = values.eager[node]
@@ -446,13 +429,44 @@ def first_divergence(
                 break
             if finding.past_tolerance is None:
                 finding.past_tolerance = worst[0]
-    finding.test_tolerance = _tolerance_text(tolerance, first_dtype)
-    if first_dtype is not None:
-        rtol, atol = noise_tolerance(first_dtype)
+    return _finished(finding, tolerance, first_dtype)
+
+
+def _finished(finding: Finding, tolerance: tuple[float, float] | None, dtype: torch.dtype | None) -> Finding:
+    """The tolerances the finding was judged by, and a note when nothing could be compared."""
+    finding.test_tolerance = _tolerance_text(tolerance, dtype)
+    if dtype is not None:
+        rtol, atol = noise_tolerance(dtype)
         finding.noise = f"rtol={rtol:g}, atol={atol:g}"
     if finding.compared == 0:
         finding.notes.append("no kernel output could be matched to a graph node's eager value")
     return finding
+
+
+def _inputs_against_eager(
+    launch: Launch,
+    before: dict[str, torch.Tensor | None],
+    written: dict[str, tuple[str, str | None]],
+    values: NodeValues,
+    tolerance: tuple[float, float] | None,
+) -> tuple[list[str], list[str]]:
+    """A launch's inputs, what earlier launches wrote into its arguments (model inputs and weights are eager's own),
+    against eager: the ones that differ, and the ones no graph node's value can be compared with."""
+    input_notes: list[str] = []
+    unknown_inputs: list[str] = []
+    for arg in launch.args:
+        held = written.get(arg)
+        value = before[arg]
+        if held is None or value is None:
+            continue
+        writer, node = held
+        if node is None or node not in values.eager:
+            unknown_inputs.append(f"{arg} (written by {writer}: no graph node holds its value)")
+            continue
+        difference = compare(value, values.eager[node], tolerance)
+        if difference is not None and difference.diverged:
+            input_notes.append(f"{arg} (node {node}) differs from eager: max abs err {difference.max_abs:.3g}")
+    return input_notes, unknown_inputs
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

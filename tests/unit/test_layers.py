@@ -41,3 +41,18 @@ def test_the_core_loads_neither_pytest_nor_the_debug_orchestration(core: str) ->
 def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
     loaded = _loaded_after(light)
     assert not {"torch", "pytest", "_pytest"} & loaded
+
+
+def test_no_function_in_the_package_runs_over_60_lines() -> None:
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).parents[2] / "pytest_aoti"
+    long = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long

@@ -1,0 +1,149 @@
+"""The debug stages as one pipeline over a fake child launcher, fed the real logs of GPU runs in docs/gpu-evidence/
+(as pytest-xdist tests its DSession with a MockNode): the verdict each real log gives, the flaky-or-consistent
+count, and what a timed-out stage stops. No subprocess, no torch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti.child import ChildRun
+from pytest_aoti.debug import StagePipeline, Verdict, run_stages
+from pytest_aoti.reporting import headline
+
+EVIDENCE = Path(__file__).parents[2] / "docs" / "gpu-evidence"
+
+
+def _stage_log(evidence: str, stage: str) -> str:
+    """The child's log of ``stage`` as the report printed it (trimmed: what the parser sees first and last)."""
+    text = (EVIDENCE / evidence).read_text()
+    start = text.index(f"--- log of stage {stage} (trimmed) ---\n") + len(f"--- log of stage {stage} (trimmed) ---\n")
+    end = re.compile(r"^(--- log of stage \w+ \(trimmed\) ---|=+ aoti =+)$", re.M).search(text, start)
+    return text[start : end.start() if end else len(text)]
+
+
+class FakeLauncher:
+    """Hands each stage the next of its scripted runs: (outcome, signal, log text)."""
+
+    def __init__(self, tmp_path: Path, script: dict[str, list[tuple[str, str | None, str]]]) -> None:
+        self.tmp_path = tmp_path
+        self.script = script
+        self.launched: list[tuple[str, int, dict[str, str]]] = []
+
+    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun:
+        self.launched.append((stage, attempt, env))
+        outcome, signal_name, log = self.script[stage].pop(0)
+        log_path = self.tmp_path / f"{stage}-{attempt}.log"
+        log_path.write_text(log)
+        return ChildRun(
+            stage=stage,
+            outcome=outcome,
+            returncode=None,
+            signal_name=signal_name,
+            seconds=1.0,
+            log_path=log_path,
+            phase_path=self.tmp_path / "no-phase-file",
+            command=["python", "-m", "pytest"],
+            env_delta=env,
+            cwd=self.tmp_path,
+            attempt=attempt,
+        )
+
+
+def _pipeline(launcher: FakeLauncher, tmp_path: Path, flaky_reruns: int = 2) -> StagePipeline:
+    return StagePipeline(launcher, tmp_path, {}, flaky_reruns, Verdict("test_user.py::test_embedding"))
+
+
+def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) -> None:
+    launcher = FakeLauncher(
+        tmp_path,
+        {
+            "kernels": [("crashed", "SIGABRT", _stage_log("embedding_assert.txt", "kernels"))],
+            "tensors": [("crashed", "SIGABRT", _stage_log("embedding_assert.txt", "tensors"))],
+        },
+    )
+    pipeline = _pipeline(launcher, tmp_path)
+    run_stages(
+        pipeline,
+        ("kernels", "tensors"),
+        kernels=(),
+        nonfinite_failure=False,
+        sanitizer_on_cuda_error=False,
+        mismatch=False,
+    )
+    # The GPU run's verdict, less the source line (that comes from the repro bundle's package, not from the logs).
+    assert headline(pipeline.verdict) == (
+        "crashed with SIGABRT; in kernel triton_poi_fused_embedding_mul_0 (before_launch with no after_launch); bad "
+        "input arg1_1 (min 5000, max 5000, mean 5000, size [4, 8]) into triton_poi_fused_embedding_mul_0: outside "
+        "the asserted range [0, 100); device-side assert `index out of bounds: 0 <= tmp4 < 100`; consistent (2 of 2 "
+        "reruns)"
+    )
+    # Stage tensors printed only the suspect; stage kernels alone recorded the failing call.
+    (_, _, kernels_env), (_, _, tensors_env) = launcher.launched
+    assert tensors_env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == "triton_poi_fused_embedding_mul_0"
+    assert "PYTEST_AOTI_BUNDLE_DIR" in kernels_env and "PYTEST_AOTI_BUNDLE_DIR" not in tensors_env
+
+
+def test_a_first_stage_that_passes_then_fails_is_called_flaky(tmp_path: Path) -> None:
+    crash = _stage_log("ima_marked_plain.txt", "kernels")
+    launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed"), ("crashed", "SIGABRT", crash)]})
+    pipeline = _pipeline(launcher, tmp_path)
+    run_stages(
+        pipeline, ("kernels",), kernels=(), nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=False
+    )
+    assert [(stage, attempt) for stage, attempt, _ in launcher.launched] == [("kernels", 1), ("kernels", 2)]
+    assert pipeline.verdict.reproduction == "flaky (1 of 2 reruns)"
+    assert pipeline.verdict.died_in == "gather_shift_kernel_0"
+    # Every run of the first stage records the failing call.
+    assert all("PYTEST_AOTI_BUNDLE_DIR" in env for _, _, env in launcher.launched)
+
+
+def test_a_failure_that_never_comes_back_stops_after_its_reruns(tmp_path: Path) -> None:
+    launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed")] * 3})
+    pipeline = _pipeline(launcher, tmp_path)
+    run_stages(
+        pipeline,
+        ("kernels", "tensors"),
+        kernels=(),
+        nonfinite_failure=False,
+        sanitizer_on_cuda_error=False,
+        mismatch=False,
+    )
+    assert pipeline.verdict.reproduction == "did not reproduce (0 of 3 reruns)"
+    assert [stage for stage, _, _ in launcher.launched] == ["kernels"] * 3  # no tensors stage without a failure
+
+
+def test_a_timed_out_kernels_stage_stops_the_stages_after_it(tmp_path: Path) -> None:
+    crash = _stage_log("ima_marked_plain.txt", "kernels")
+    launcher = FakeLauncher(tmp_path, {"kernels": [("timed out", None, crash)]})
+    pipeline = _pipeline(launcher, tmp_path)
+    run_stages(
+        pipeline,
+        ("kernels", "tensors", "sanitizer"),
+        kernels=(),
+        nonfinite_failure=False,
+        sanitizer_on_cuda_error=True,
+        mismatch=False,
+    )
+    assert [stage for stage, _, _ in launcher.launched] == ["kernels"]
+    assert pipeline.stopped
+    assert "later stages not run: stage kernels timed out, and they would hang the same way" in pipeline.verdict.notes
+
+
+@pytest.mark.parametrize("mismatch", [True, False])
+def test_stage_numerics_runs_only_for_a_mismatch(tmp_path: Path, mismatch: bool) -> None:
+    launcher = FakeLauncher(tmp_path, {"numerics": [("failed", None, "1 failed")]})
+    pipeline = _pipeline(launcher, tmp_path)
+    run_stages(
+        pipeline, ("numerics",), kernels=(), nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=mismatch
+    )
+    assert [stage for stage, _, _ in launcher.launched] == (["numerics"] if mismatch else [])
+    expected_note = (
+        "stage numerics found no mismatch to explain (the failure in this run was another)"
+        if mismatch
+        else "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, and this failure is "
+        "not one"
+    )
+    assert pipeline.verdict.notes == [expected_note]
