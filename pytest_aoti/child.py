@@ -42,6 +42,10 @@ from pytest_aoti.protocol import (
     PHASE_FILE_ENV,
     REPORT_FILE_ENV,
     TEST_PATH_ENV,
+    Event,
+    Outcome,
+    decode_events,
+    encode_event,
 )
 from pytest_aoti.settings import settings_key
 
@@ -51,7 +55,6 @@ _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIS
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
 _UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
-_WARNING_KEY = "pytest_aoti_warning"
 
 
 @dataclass
@@ -59,7 +62,7 @@ class ChildRun:
     """What one child process did: its outcome, how it ended, its log and its test reports."""
 
     stage: str
-    outcome: str  # passed, failed, skipped, crashed, timed out, error
+    outcome: Outcome
     returncode: int | None
     signal_name: str | None
     seconds: float
@@ -74,13 +77,16 @@ class ChildRun:
     timeout: float | None = None
     attempt: int = 1  # the stage's run: 2 and up are extra runs of a stage that did not reproduce the failure
 
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # an outcome's name ("crashed") is taken too, and checked
+
     @property
     def label(self) -> str:
         return self.stage if self.attempt == 1 else f"{self.stage}, run {self.attempt}"
 
     @property
     def reproduced(self) -> bool:
-        return self.outcome not in ("passed", "skipped")
+        return self.outcome not in (Outcome.PASSED, Outcome.SKIPPED)
 
     @property
     def log(self) -> str:
@@ -109,21 +115,21 @@ class ChildRun:
     def failure(self) -> str | None:
         """The kind of failure this run had: a ``FailureKind`` its report carried, ``crash`` or ``timeout``; None
         when it did not fail."""
-        if self.outcome == "crashed":
+        if self.outcome is Outcome.CRASHED:
             return "crash"
-        if self.outcome == "timed out":
+        if self.outcome is Outcome.TIMED_OUT:
             return "timeout"
         failed = [report for report in self.reports if report.failed]
         return getattr(failed[0], "aoti_failure_kind", None) or "other" if failed else None
 
     def describe(self) -> str:
-        if self.outcome == "crashed":
+        if self.outcome is Outcome.CRASHED:
             return f"crashed with {self.signal_name}"
-        if self.outcome == "timed out":
+        if self.outcome is Outcome.TIMED_OUT:
             return f"timed out after {self.timeout:g} s" if self.timeout else "timed out"
-        if self.outcome in ("failed", "error") and self.error:
+        if self.outcome in (Outcome.FAILED, Outcome.ERROR) and self.error:
             return f"{self.outcome}: {self.error}"
-        return self.outcome
+        return str(self.outcome)
 
 
 def _launcher(config: pytest.Config) -> list[str]:
@@ -191,19 +197,19 @@ def _first_line(text: str) -> str:
     return line[:197] + "..." if len(line) > 200 else line
 
 
-def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: str) -> tuple[str, str | None]:
+def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: str) -> tuple[Outcome, str | None]:
     """The child's outcome from its reports; a child that ended without reporting the call phase is an error."""
     for report in reports:
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
-            return "failed", _first_line(crash.message if crash is not None else str(report.longrepr)) or None
+            return Outcome.FAILED, _first_line(crash.message if crash is not None else str(report.longrepr)) or None
     if any(report.skipped for report in reports):
-        return "skipped", None
+        return Outcome.SKIPPED, None
     if any(report.when == "call" for report in reports):
-        return "passed", None
+        return Outcome.PASSED, None
     if not reports and returncode == pytest.ExitCode.NO_TESTS_COLLECTED:
-        return "error", f"the child collected no test {nodeid!r} (see its log)"
-    return "error", f"the child exited with code {returncode} before reporting the test's result"
+        return Outcome.ERROR, f"the child collected no test {nodeid!r} (see its log)"
+    return Outcome.ERROR, f"the child exited with code {returncode} before reporting the test's result"
 
 
 @contextmanager
@@ -313,9 +319,9 @@ def _finish(
     signal_name = _signal_name(returncode)
     error: str | None
     if timed_out:
-        outcome, error = "timed out", f"stopped after {timeout:g} s"
+        outcome, error = Outcome.TIMED_OUT, f"stopped after {timeout:g} s"
     elif signal_name is not None:
-        outcome, error = "crashed", None
+        outcome, error = Outcome.CRASHED, None
     else:
         outcome, error = _outcome(reports, returncode, launch.nodeid)
     return ChildRun(
@@ -501,13 +507,9 @@ def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestRep
         return [], []
     reports: list[pytest.TestReport] = []
     child_warnings: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            data: dict[str, Any] = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash
-        if _WARNING_KEY in data:
-            child_warnings.append(data[_WARNING_KEY])
+    for event, data in decode_events(lines):
+        if event is Event.WARNING:
+            child_warnings.append(data)
             continue
         report = config.hook.pytest_report_from_serializable(config=config, data=data)
         if isinstance(report, pytest.TestReport):
@@ -520,8 +522,7 @@ def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestRep
 
 def write_report(config: pytest.Config, report: pytest.TestReport, path: str) -> None:
     """Child side: append one serialized report, flushed, so it survives a later crash."""
-    data = config.hook.pytest_report_to_serializable(config=config, report=report)
-    _append(path, data)
+    _append(path, encode_event(Event.REPORT, config.hook.pytest_report_to_serializable(config=config, report=report)))
 
 
 def write_warning(message: warnings.WarningMessage, when: str, nodeid: str, path: str) -> None:
@@ -534,13 +535,13 @@ def write_warning(message: warnings.WarningMessage, when: str, nodeid: str, path
         "when": when,
         "nodeid": nodeid,
     }
-    _append(path, {_WARNING_KEY: record})
+    _append(path, encode_event(Event.WARNING, record))
 
 
-def _append(path: str, data: dict[str, Any]) -> None:
+def _append(path: str, line: str) -> None:
     try:
         with open(path, "a") as stream:
-            stream.write(json.dumps(data) + "\n")
+            stream.write(line)
     except OSError:
         pass  # the parent's dir vanished (a tmp cleaner): it will say the child reported nothing
 

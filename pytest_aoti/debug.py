@@ -26,7 +26,7 @@ from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
-from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING
+from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING, Outcome
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -210,7 +210,7 @@ def not_rerun_reason(
             "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "
             "a debug rerun cannot tell more"
         )
-    if isolated_run is not None and isolated_run.outcome == "timed out":
+    if isolated_run is not None and isolated_run.outcome is Outcome.TIMED_OUT:
         return (
             f"the isolated run timed out after {isolated_run.timeout:g} s; the debug stages would hang the same way "
             "(raise the timeout or fix the hang first)"
@@ -263,7 +263,7 @@ class StagePipeline:
         run = self.stage("numerics", numerics_env(self.workdir / "numerics", self.extra_env))
         self.verdict.phase = run.phase
         self.verdict.numerics = read_finding(self.workdir / "numerics")
-        if self.verdict.numerics is None and run.outcome == "failed":
+        if self.verdict.numerics is None and run.outcome is Outcome.FAILED:
             self.verdict.notes.append(
                 "stage numerics found no mismatch to explain (the failure in this run was another)"
             )
@@ -280,7 +280,7 @@ class StagePipeline:
         verdict.runtime_check = kernel_log.runtime_check_error(log)
         verdict.cuda_error = kernel_log.cuda_error(log)
         verdict.device_assert = kernel_log.device_assert(log)
-        if first.outcome == "timed out" and later_stages:
+        if first.outcome is Outcome.TIMED_OUT and later_stages:
             self.stopped = True
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
         return log
@@ -453,7 +453,7 @@ def _launch_count(log: str, kernel: str, when: str) -> int:
 
 def _minify_target(verdict: Verdict) -> str:
     """How a minified candidate must fail to count as the same failure."""
-    if any(run.outcome == "crashed" for run in verdict.stages):
+    if any(run.outcome is Outcome.CRASHED for run in verdict.stages):
         return "crash"
     if verdict.first_nonfinite is not None or verdict.nan_assert is not None:
         return "nonfinite"

@@ -7,7 +7,9 @@ The parent starts a child with (all but the first two optional):
 - ``CHILD_ENV``: which child this is: ``isolate`` (the test run alone) or a debug stage (``kernels``, ``tensors``,
   ``sanitizer``, ``numerics``);
 - ``NODEID_ENV`` / ``TEST_PATH_ENV``: the one test to run, and the file that defines it;
-- ``REPORT_FILE_ENV``: where the child appends its test reports and warnings (JSON lines);
+- ``REPORT_FILE_ENV``: where the child appends its events (:class:`Event`: test reports and warnings), one JSON
+  line each, ``{"event": NAME, "data": {...}}``; the parent decodes them with :func:`decode_events`, where an
+  unknown event is an error, as in pytest-xdist's controller;
 - ``PHASE_FILE_ENV``: where the compiled-model code appends the phase it is in (export, compile, load, run), so a
   crash can be placed;
 - ``HOLD_FILE_ENV`` / ``HOLD_UNTIL_ENV``: a child started early waits for this file (its last environment variables)
@@ -17,6 +19,11 @@ The parent starts a child with (all but the first two optional):
 """
 
 from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 CHILD_ENV = "PYTEST_AOTI_CHILD"
 NODEID_ENV = "PYTEST_AOTI_NODEID"
@@ -30,3 +37,52 @@ NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 
 NUMERICS_FINDING = "numerics.json"  # in NUMERICS_ENV's dir: pytest_aoti.numerics.Finding as JSON
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.minify found
+
+
+class Outcome(str, enum.Enum):
+    """How a child's run of the test ended."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CRASHED = "crashed"  # killed by a signal
+    TIMED_OUT = "timed out"
+    ERROR = "error"  # ended without reporting the test's result
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Event(str, enum.Enum):
+    """What a child streams to its parent in the report file."""
+
+    REPORT = "report"  # a pytest.TestReport, as pytest_report_to_serializable gives it
+    WARNING = "warning"  # a warning, as pytest-xdist's workers send theirs
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ProtocolError(RuntimeError):
+    """A child's stream holds an event this side does not know: parent and child run different code."""
+
+
+def encode_event(event: Event, data: dict[str, Any]) -> str:
+    """One line of the report file."""
+    return json.dumps({"event": event.value, "data": data}) + "\n"
+
+
+def decode_events(lines: Iterable[str]) -> Iterator[tuple[Event, dict[str, Any]]]:
+    """The events of a report file, in order. A line a crash cut short is skipped (the child died writing it);
+    a whole line naming an unknown event raises :class:`ProtocolError`."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        name = record.get("event") if isinstance(record, dict) else None
+        try:
+            event = Event(name)
+        except ValueError:
+            raise ProtocolError(f"a child sent an unknown event {name!r}: {line[:200]!r}") from None
+        yield event, record.get("data") or {}

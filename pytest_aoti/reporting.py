@@ -10,6 +10,7 @@ import pytest
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
+from pytest_aoti.protocol import Outcome
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -189,7 +190,7 @@ def headline(verdict: Verdict) -> str:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     if verdict.died_in:
         parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}")
-    elif verdict.last_completed and first.outcome == "crashed":
+    elif verdict.last_completed and first.outcome is Outcome.CRASHED:
         following = verdict.sources.get("next")
         between = (
             f"the next call is {following.name}{_at(verdict, 'next')}"
@@ -282,7 +283,7 @@ def section_text(verdict: Verdict) -> str:
     if verdict.phase:
         lines.append(f"last phase: {verdict.phase}")
     first = verdict.first
-    if verdict.phase == "load" and first is not None and first.outcome == "crashed":
+    if verdict.phase == "load" and first is not None and first.outcome is Outcome.CRASHED:
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
     for run in verdict.stages:
         lines.append(f"reproduce ({run.label}): {run.reproduce}")
@@ -371,7 +372,7 @@ def isolation_failure_text(run: ChildRun) -> str:
     phase = run.phase
     if phase:
         lines.append(f"last phase: {phase}")
-    if phase == "load" and run.outcome == "crashed":
+    if phase == "load" and run.outcome is Outcome.CRASHED:
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
     lines.append(f"reproduce: {run.reproduce}")
     lines.append(f"full log: {run.log_path}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import Verdict, kernel_sources
+from pytest_aoti.protocol import Outcome
 from pytest_aoti.reporting import headline, user_properties
 
 TORCH_DIR = Path(importlib.util.find_spec("torch").origin).parent  # type: ignore[arg-type,union-attr]
@@ -88,7 +89,7 @@ def test_a_crash_between_kernels_names_the_next_calls_line(tmp_path: Path) -> No
     (tmp_path / "kernels.log").write_text(log)
     run = ChildRun(
         stage="kernels",
-        outcome="crashed",
+        outcome=Outcome.CRASHED,
         returncode=-11,
         signal_name="SIGSEGV",
         seconds=1.0,

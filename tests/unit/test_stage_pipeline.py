@@ -11,6 +11,7 @@ import pytest
 
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import StagePipeline, Verdict, run_stages
+from pytest_aoti.protocol import Event, Outcome, ProtocolError, decode_events, encode_event
 from pytest_aoti.reporting import headline
 
 EVIDENCE = Path(__file__).parents[2] / "docs" / "gpu-evidence"
@@ -39,7 +40,7 @@ class FakeLauncher:
         log_path.write_text(log)
         return ChildRun(
             stage=stage,
-            outcome=outcome,
+            outcome=Outcome(outcome),
             returncode=None,
             signal_name=signal_name,
             seconds=1.0,
@@ -147,3 +148,14 @@ def test_stage_numerics_runs_only_for_a_mismatch(tmp_path: Path, mismatch: bool)
         "not one"
     )
     assert pipeline.verdict.notes == [expected_note]
+
+
+def test_the_report_stream_is_named_events_and_an_unknown_one_is_an_error() -> None:
+    lines = [
+        encode_event(Event.REPORT, {"nodeid": "t.py::test"}),
+        encode_event(Event.WARNING, {"message": "m"}),
+        '{"event": "report", "data": {"nodeid": "t.py::te',  # cut short by a crash: skipped
+    ]
+    assert list(decode_events(lines)) == [(Event.REPORT, {"nodeid": "t.py::test"}), (Event.WARNING, {"message": "m"})]
+    with pytest.raises(ProtocolError, match="a child sent an unknown event 'phase'"):
+        list(decode_events(['{"event": "phase", "data": {}}']))
