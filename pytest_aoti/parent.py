@@ -140,7 +140,7 @@ class ParentSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         reason = self._isolate_reason(item)
         if reason is None:
-            return None
+            return self._run_in_process_with_debug(item, nextitem)
         resolved = item_settings(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         capture = self.config.getoption("capture", "fd") != "no"
@@ -177,6 +177,34 @@ class ParentSession:
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    def _run_in_process_with_debug(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """A test that wants a debug rerun, run here: its phases first, unlogged, then the rerun of a failed one,
+        then the reports logged with the verdict on them (as pytest-rerunfailures reruns from this hook). The rerun
+        runs after the test's teardown, with its fixtures released. Any other test: pytest's own protocol."""
+        request = item_settings(item).debug
+        if request is None:
+            return None
+        from _pytest.runner import runtestprotocol
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        properties: list[tuple[str, object]] = []
+        for report in reports:
+            if report.failed and report.when in ("setup", "call"):
+                properties = attach_debug(
+                    self.config,
+                    report,
+                    request,
+                    test_path=item.path,
+                    failure=getattr(report, "aoti_failure_kind", None),
+                    reached_aoti=getattr(report, "aoti_reached", True),
+                )
+            if report.when == "teardown":
+                report.user_properties = [*report.user_properties, *properties]
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -187,20 +215,9 @@ class ParentSession:
             # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
             report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
         if report.failed and report.when in ("setup", "call"):
-            failure = failure_kind(call.excinfo.value) if call.excinfo is not None else None
-            report.aoti_failure_kind = failure  # type: ignore[attr-defined]
+            report.aoti_failure_kind = failure_kind(call.excinfo.value) if call.excinfo is not None else None  # type: ignore[attr-defined]
+            report.aoti_reached = phases.announced() is not None  # type: ignore[attr-defined]
             self._check_cuda_context(item, report)
-            if request is not None:
-                item.user_properties.extend(
-                    attach_debug(
-                        self.config,
-                        report,
-                        request,
-                        test_path=item.path,
-                        failure=failure,
-                        reached_aoti=phases.announced() is not None,
-                    )
-                )
         return report
 
     @pytest.hookimpl(tryfirst=True)
