@@ -159,3 +159,103 @@ def test_the_report_stream_is_named_events_and_an_unknown_one_is_an_error() -> N
     assert list(decode_events(lines)) == [(Event.REPORT, {"nodeid": "t.py::test"}), (Event.WARNING, {"message": "m"})]
     with pytest.raises(ProtocolError, match="a child sent an unknown event 'phase'"):
         list(decode_events(['{"event": "phase", "data": {}}']))
+
+
+KERNELS_CRASH = ("crashed", "SIGABRT", "[ before_launch: k0 ]\n[ after_launch: k0 ]\n[ before_launch: k1 ]\n")
+TENSORS_CRASH = ("crashed", "SIGABRT", "[ before_launch: k1 ]\n")
+
+
+@pytest.mark.parametrize(
+    ("stages", "kernels", "sanitizer", "launched", "note"),
+    [
+        (("kernels",), (), None, ["kernels"], None),
+        (("tensors",), ("k1",), None, ["tensors"], None),  # the user named the kernels: no kernels stage needed
+        (("tensors",), (), None, [], None),  # nothing to filter to: stage tensors cannot run
+        (("kernels", "tensors"), (), None, ["kernels", "tensors"], None),
+        (
+            ("kernels", "tensors", "sanitizer"),
+            (),
+            "/opt/cuda/bin/compute-sanitizer",
+            ["kernels", "tensors", "sanitizer"],
+            None,
+        ),
+        (("kernels", "sanitizer"), (), None, ["kernels"], "stage sanitizer not run: compute-sanitizer is not on PATH"),
+        (("numerics", "kernels"), (), None, ["kernels"], "stage numerics not run"),
+    ],
+)
+def test_each_stage_combination_launches_what_it_needs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stages: tuple[str, ...],
+    kernels: tuple[str, ...],
+    sanitizer: str | None,
+    launched: list[str],
+    note: str | None,
+) -> None:
+    import pytest_aoti.debug as debug
+
+    monkeypatch.setattr(debug, "sanitizer_path", lambda: sanitizer)  # this machine's PATH does not decide
+    launcher = FakeLauncher(
+        tmp_path,
+        {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH], "sanitizer": [("crashed", "SIGABRT", "")]},
+    )
+    pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
+    run_stages(
+        pipeline, stages, kernels=kernels, nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=False
+    )
+    assert [stage for stage, _, _ in launcher.launched] == launched
+    if "kernels" in launched:
+        assert pipeline.verdict.suspect_kernel == "k1"
+    if "tensors" in launched:
+        _, _, env = next(entry for entry in launcher.launched if entry[0] == "tensors")
+        # The one that never finished first, then the last that did (a kernel may read what the one before wrote).
+        assert env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == ("k1" if kernels else "k1,k0")
+    if note is not None:
+        assert any(line.startswith(note) for line in pipeline.verdict.notes), pipeline.verdict.notes
+
+
+def test_a_nan_widens_stage_tensors_to_every_launched_kernel(tmp_path: Path) -> None:
+    launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH]})
+    pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
+    run_stages(
+        pipeline,
+        ("kernels", "tensors"),
+        kernels=(),
+        nonfinite_failure=True,
+        sanitizer_on_cuda_error=False,
+        mismatch=False,
+    )
+    _, _, env = launcher.launched[1]
+    assert env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == "k0,k1"
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        ("input_invariant", "an input check raised before the package ran"),
+        ("export", "torch.export rejected the model"),
+        ("compile", "failed to compile or load with an error"),
+        ("random_mismatch", "the graph draws random numbers"),
+        ("benchmark", "a benchmark slower than its baseline"),
+        ("deploy", "a deployment check failed"),
+        ("snapshot", "the outputs differ from golden outputs"),
+        ("mismatch", None),
+        ("output_nonfinite", None),
+        ("crash", None),
+        (None, None),
+    ],
+)
+def test_triage_reruns_only_what_a_rerun_can_explain(failure: str | None, reason: str | None) -> None:
+    from pytest_aoti.debug import not_rerun_reason
+
+    said = not_rerun_reason(failure, None)
+    assert (said is None) if reason is None else (said is not None and reason in said), said
+
+
+def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_run(tmp_path: Path) -> None:
+    from pytest_aoti.debug import not_rerun_reason
+
+    assert "setup failed before it exported" in str(not_rerun_reason(None, None, setup_failed_before_aoti=True))
+    timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1)
+    timed_out.timeout = 5.0
+    assert "timed out after 5 s" in str(not_rerun_reason("other", timed_out))
