@@ -56,3 +56,30 @@ def test_no_function_in_the_package_runs_over_60_lines() -> None:
                 if lines > 60:
                     long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """Module-level imports between pytest_aoti's modules form no cycle (imports inside functions are deferred on
+    purpose: what only one path needs, such as torch or a debug stage, is loaded when that path runs)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).parents[2] / "pytest_aoti"
+    imports: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        found: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_aoti"):
+                parts = node.module.split(".")
+                found |= {parts[1]} if len(parts) > 1 else {alias.name for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("pytest_aoti.")}
+        imports[path.stem] = found
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for module in imports.get(start, ()):
+            if module == target or (module not in seen and reaches(module, target, seen | {module})):
+                return True
+        return False
+
+    assert not [module for module in imports if reaches(module, module, {module})]
