@@ -178,30 +178,49 @@ class ParentSession:
         return True
 
     def _run_in_process_with_debug(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-        """A test that wants a debug rerun, run here: its phases first, unlogged, then the rerun of a failed one,
-        then the reports logged with the verdict on them (as pytest-rerunfailures reruns from this hook). The rerun
-        runs after the test's teardown, with its fixtures released. Any other test: pytest's own protocol."""
+        """A test that wants a debug rerun, run here phase by phase as pytest's ``runtestprotocol`` does (and
+        pytest-rerunfailures, which reruns from this hook too): each report is logged as its phase ends (an xdist
+        controller learns from the setup report that the test wants a rerun, should the worker crash), a failed
+        setup or call after its debug rerun, with the verdict on it. Any other test: pytest's own protocol."""
         request = item_settings(item).debug
         if request is None:
             return None
-        from _pytest.runner import runtestprotocol
+        from _pytest.runner import call_and_report, show_test_item
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        reports = runtestprotocol(item, nextitem=nextitem, log=False)
         properties: list[tuple[str, object]] = []
-        for report in reports:
-            if report.failed and report.when in ("setup", "call"):
+
+        def phase(when: str, **kwargs: Any) -> pytest.TestReport:
+            nonlocal properties
+            report = call_and_report(item, when, log=False, **kwargs)  # type: ignore[arg-type]
+            if report.failed and when in ("setup", "call"):
+                failure = getattr(report, "aoti_failure_kind", None)
+                reached = getattr(report, "aoti_reached", True)
                 properties = attach_debug(
-                    self.config,
-                    report,
-                    request,
-                    test_path=item.path,
-                    failure=getattr(report, "aoti_failure_kind", None),
-                    reached_aoti=getattr(report, "aoti_reached", True),
+                    self.config, report, request, test_path=item.path, failure=failure, reached_aoti=reached
                 )
-            if report.when == "teardown":
+            if when == "teardown":  # junitxml reads the properties from the teardown report
                 report.user_properties = [*report.user_properties, *properties]
             item.ihook.pytest_runtest_logreport(report=report)
+            return report
+
+        has_request = hasattr(item, "_request")
+        if has_request and not item._request:  # type: ignore[attr-defined]
+            item._initrequest()  # type: ignore[attr-defined]
+        try:
+            if phase("setup").passed:
+                setup_only = self.config.getoption("setuponly", False)
+                if self.config.getoption("setupshow", False):
+                    show_test_item(item, add_space=not setup_only)
+                if not setup_only:
+                    phase("call")
+            if item.session.shouldfail or item.session.shouldstop:
+                nextitem = None  # tear everything down, as runtestprotocol does
+            phase("teardown", nextitem=nextitem)
+        finally:
+            if has_request:
+                item._request = False  # type: ignore[attr-defined]
+                item.funcargs = None  # type: ignore[attr-defined]
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 

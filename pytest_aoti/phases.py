@@ -1,45 +1,54 @@
 """Phase markers a child process writes so the parent knows where it died (export, compile, load, run).
 
-Each marker goes to the child's phase file (``PYTEST_AOTI_PHASE_FILE``, opened and closed per write, so it survives
-a crash whatever pytest's output capture does) and, in a debug stage, to file descriptor 2, so it also sits in the
-stage's log between the printer's kernel lines. Only inside a pytest-aoti child.
+The core marks each phase (:func:`mark`); where the marks go is set by the child's session (:func:`report_to`,
+from the environment its parent gave it), so the core reads no environment variable. In a child, each marker goes to
+its phase file (opened and closed per write, so it survives a crash whatever pytest's output capture does) and, in a
+debug stage, to file descriptor 2, so it also sits in the stage's log between the printer's kernel lines. In every
+process, the last mark tells whether the current test got as far as pytest-aoti at all (:func:`announced`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-
-from pytest_aoti.protocol import CHILD_ENV, PHASE_FILE_ENV
+from dataclasses import dataclass
 
 _PREFIX = "[pytest-aoti] phase: "
 _PHASE_LINE = re.compile(r"^\[pytest-aoti\] phase: (?P<phase>\w+)(?: (?P<detail>.*))?$", re.MULTILINE)
-# The last phase this process announced since forget(): whether the current test got as far as pytest-aoti at all.
-_announced: str | None = None
+
+
+@dataclass
+class _Marks:
+    announced: str | None = None  # the last phase since forget()
+    phase_file: str | None = None  # a child's phase file
+    to_stderr: bool = False  # a debug stage: also into its log
+
+
+# One per process: a process is in one phase at a time, and a child reports to one parent.
+_marks = _Marks()
+
+
+def report_to(phase_file: str | None, *, to_stderr: bool) -> None:
+    """A child's session: send every later mark to ``phase_file`` and, with ``to_stderr``, to file descriptor 2."""
+    _marks.phase_file, _marks.to_stderr = phase_file, to_stderr
 
 
 def forget() -> None:
-    global _announced
-    _announced = None
+    _marks.announced = None
 
 
 def announced() -> str | None:
-    return _announced
+    return _marks.announced
 
 
 def mark(phase: str, detail: str = "") -> None:
-    global _announced
-    _announced = phase
-    if not os.environ.get(CHILD_ENV):
-        return
+    _marks.announced = phase
     line = f"{_PREFIX}{phase}{' ' + detail if detail else ''}\n"
-    phase_file = os.environ.get(PHASE_FILE_ENV)
-    if phase_file:
-        with open(phase_file, "a") as stream:
+    if _marks.phase_file:
+        with open(_marks.phase_file, "a") as stream:
             stream.write(line)
-    if os.environ.get(CHILD_ENV) != "isolate":
-        # In a debug stage's log, between the printer's kernel lines. (An isolated test's output is captured into
-        # its report, where the markers would be noise.) Leading newline: the printer's last line may lack one.
+    if _marks.to_stderr:
+        # Leading newline: the printer's last line may lack one.
         os.write(2, ("\n" + line).encode())
 
 
