@@ -190,7 +190,12 @@ def _read_io(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 def _run_device(path: Path, metadata: dict[str, str], device: str | None) -> torch.device:
     built_for = metadata["device"]
     recorded = json.loads(metadata["environment"])
-    wanted = torch.device(device) if device else torch.device("cuda:0" if built_for == "cuda" else built_for)
+    if device:
+        wanted = torch.device(device)
+    elif built_for == "cuda" and torch.cuda.is_available():
+        wanted = torch.device("cuda", torch.cuda.current_device())  # cuda:0, or the GPU an xdist worker took
+    else:
+        wanted = torch.device(built_for if built_for != "cuda" else "cuda:0")
     if wanted.type != built_for:
         raise AOTIVerifyError(f"{path}: built for {built_for}, asked to run on {wanted}")
     if built_for == "cuda" and not torch.cuda.is_available():
@@ -295,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "through its invariants, and compare its outputs with its golden outputs.",
     )
     parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".pt2 files built with bundle_io")
-    parser.add_argument("--device", help="device to run on (default: the package's own: cpu, or cuda:0)")
+    parser.add_argument("--device", help="device to run on (default: the package's own: cpu, or the current GPU)")
     parser.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default by dtype)")
     parser.add_argument("--atol", type=float, help="absolute tolerance (with --rtol; default by dtype)")
     parser.add_argument(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.devices import assigned_device, workerid
 from pytest_aoti.errors import AOTIVerifyError
 from pytest_aoti.settings import settings_key
 
@@ -34,6 +35,12 @@ class PackageItem(pytest.Item):
 
         settings = self.config.stash[settings_key]
         device = None if settings.device == "auto" else settings.device
+        assigned = assigned_device(settings.device, workerid(self.config))
+        if assigned is not None:  # an xdist worker's GPU (devices.py): a CUDA package runs there
+            import torch
+
+            torch.cuda.set_device(assigned)
+            device = None if device is None else assigned  # auto: the package's own device type; cuda: this GPU
         verified = verify_package(self.path, device=device)
         self.user_properties.append(("aoti_verified", f"{verified.device}: {verified.lines[0]}"))
         self.user_properties.append(("aoti_environment_diff", verified.lines[-1]))
