@@ -26,7 +26,7 @@ from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
-from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING, Outcome
+from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING, Finding, Outcome
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -74,7 +74,7 @@ class Verdict:
     phase: str | None = None
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
     sanitizer: kernel_log.SanitizerError | None = None
-    numerics: dict[str, Any] | None = None  # pytest_aoti.numerics.Finding, as the child wrote it
+    numerics: Finding | None = None  # stage numerics' answer, as the child wrote it
     minified: dict[str, Any] | None = None  # pytest_aoti.minify's result (minify.json)
     minify_log: Path | None = None
     test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
@@ -162,12 +162,11 @@ def apply_import_time_knob(name: str, value: str) -> None:
     setattr(getattr(inductor_config, section), entry, value)
 
 
-def read_finding(directory: Path) -> dict[str, Any] | None:
+def read_finding(directory: Path) -> Finding | None:
     try:
-        finding = json.loads((directory / NUMERICS_FINDING).read_text())
-    except (OSError, ValueError):
+        return Finding.from_json((directory / NUMERICS_FINDING).read_text())
+    except (OSError, ValueError, TypeError):  # none written, or cut short by a crash
         return None
-    return finding if isinstance(finding, dict) else None
 
 
 def not_rerun_reason(
@@ -441,9 +440,8 @@ def kernel_sources(
             found["next"] = sources[index + 1]
     if verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel is not None:
         find("nonfinite", verdict.first_nonfinite.kernel)
-    diverged = (verdict.numerics or {}).get("diverged")
-    if isinstance(diverged, dict) and isinstance(diverged.get("kernel"), str):
-        find("divergent", diverged["kernel"])
+    if verdict.numerics is not None and verdict.numerics.diverged is not None:
+        find("divergent", verdict.numerics.diverged.kernel)
     return found
 
 

@@ -29,7 +29,7 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from torch.export import ExportedProgram
 from torch.testing._comparison import default_tolerances
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_aoti.protocol import NUMERICS_FINDING
+from pytest_aoti.protocol import NUMERICS_FINDING, Finding, KernelFinding
 
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
 _SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')
@@ -321,45 +321,6 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float
 
 
 # -- the walk ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class KernelFinding:
-    kernel: str
-    launch: int  # position in launch order, from 1
-    nodes: list[str]
-    node: str  # the node whose value the worst output buffer holds
-    buffer: str
-    max_abs: float
-    max_rel: float
-    index: list[int]
-    within_noise: bool
-    inputs_matched: bool  # no input that could be compared differs from eager
-    input_notes: list[str] = field(default_factory=list)  # the inputs that differ
-    inputs_not_compared: list[str] = field(default_factory=list)
-    closer: str | None = None  # "package", "eager" or "neither": which is nearer the float64 reference
-    package_err64: float | None = None
-    eager_err64: float | None = None
-    as_exported: bool = False  # the package matches the exported program here: the difference comes from export
-
-
-@dataclass
-class Finding:
-    """The numerics stage's answer, written as JSON for the parent."""
-
-    diverged: KernelFinding | None = None
-    past_tolerance: KernelFinding | None = None  # the first launch past the test's tolerance, within noise
-    launches: int = 0
-    compared: int = 0
-    test_tolerance: str = ""
-    noise: str = ""
-    notes: list[str] = field(default_factory=list)
-    # The package's outputs are the exported program's (run eagerly) and eager's are not: export's doing, even when
-    # the node that differs has no kernel of its own (Inductor folded it away).
-    outputs_as_exported: bool = False
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
 
 
 def _tolerance_text(tolerance: tuple[float, float] | None, dtype: torch.dtype | None) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CHILD_ENV = "PYTEST_AOTI_CHILD"
@@ -35,7 +36,7 @@ HOLD_UNTIL_ENV = "PYTEST_AOTI_HOLD_UNTIL"
 BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 
-NUMERICS_FINDING = "numerics.json"  # in NUMERICS_ENV's dir: pytest_aoti.numerics.Finding as JSON
+NUMERICS_FINDING = "numerics.json"  # in NUMERICS_ENV's dir: a Finding (below) as JSON
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.minify found
 
 
@@ -86,3 +87,53 @@ def decode_events(lines: Iterable[str]) -> Iterator[tuple[Event, dict[str, Any]]
         except ValueError:
             raise ProtocolError(f"a child sent an unknown event {name!r}: {line[:200]!r}") from None
         yield event, record.get("data") or {}
+
+
+@dataclass
+class KernelFinding:
+    """One kernel launch stage numerics compared with eager."""
+
+    kernel: str
+    launch: int  # position in launch order, from 1
+    nodes: list[str]
+    node: str  # the node whose value the worst output buffer holds
+    buffer: str
+    max_abs: float
+    max_rel: float
+    index: list[int]
+    within_noise: bool
+    inputs_matched: bool  # no input that could be compared differs from eager
+    input_notes: list[str] = field(default_factory=list)  # the inputs that differ
+    inputs_not_compared: list[str] = field(default_factory=list)
+    closer: str | None = None  # "package", "eager" or "neither": which is nearer the float64 reference
+    package_err64: float | None = None
+    eager_err64: float | None = None
+    as_exported: bool = False  # the package matches the exported program here: the difference comes from export
+
+
+@dataclass
+class Finding:
+    """The numerics stage's answer, written as JSON for the parent."""
+
+    diverged: KernelFinding | None = None
+    past_tolerance: KernelFinding | None = None  # the first launch past the test's tolerance, within noise
+    launches: int = 0
+    compared: int = 0
+    test_tolerance: str = ""
+    noise: str = ""
+    notes: list[str] = field(default_factory=list)
+    # The package's outputs are the exported program's (run eagerly) and eager's are not: export's doing, even when
+    # the node that differs has no kernel of its own (Inductor folded it away).
+    outputs_as_exported: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Finding:
+        """The finding a child wrote; raises ValueError for text that is not one."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a numerics finding: {text[:80]!r}")
+        kernels = {key: KernelFinding(**data[key]) if data.get(key) else None for key in ("diverged", "past_tolerance")}
+        return cls(**{**data, **kernels})

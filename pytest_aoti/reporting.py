@@ -10,7 +10,7 @@ import pytest
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
-from pytest_aoti.protocol import Outcome
+from pytest_aoti.protocol import Finding, KernelFinding, Outcome
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -78,19 +78,18 @@ def bad_values(verdict: Verdict) -> list[str]:
     return facts
 
 
-def _kernel_text(found: dict[str, Any], at: str = "") -> str:
-    index = tuple(found.get("index", ()))
+def _kernel_text(found: KernelFinding, at: str = "") -> str:
     return (
-        f"{found['kernel']} (nodes: {', '.join(found.get('nodes', ())) or '?'}){at}{';' if at else ''} max abs err "
-        f"{found['max_abs']:.3g}, max rel err {found['max_rel']:.3g} at index {index}"
+        f"{found.kernel} (nodes: {', '.join(found.nodes) or '?'}){at}{';' if at else ''} max abs err "
+        f"{found.max_abs:.3g}, max rel err {found.max_rel:.3g} at index {tuple(found.index)}"
     )
 
 
-def _inputs_text(found: dict[str, Any]) -> str:
-    if not found.get("inputs_matched"):
-        return "; ".join(found.get("input_notes", ()))
-    if found.get("inputs_not_compared"):
-        return "inputs matched eager where compared; not compared: " + ", ".join(found["inputs_not_compared"])
+def _inputs_text(found: KernelFinding) -> str:
+    if not found.inputs_matched:
+        return "; ".join(found.input_notes)
+    if found.inputs_not_compared:
+        return "inputs matched eager where compared; not compared: " + ", ".join(found.inputs_not_compared)
     return "inputs matched eager"
 
 
@@ -100,22 +99,22 @@ _EXPORT_CAUSE = (
 )
 
 
-def divergence(finding: dict[str, Any], at: str = "") -> str:
+def divergence(finding: Finding, at: str = "") -> str:
     """Stage numerics' answer in one line: the first divergent kernel (``at``: its source line), or why there is
     none."""
-    found = finding.get("diverged")
+    found = finding.diverged
     if found:
         return f"first divergent kernel: {_kernel_text(found, at)}; {_inputs_text(found)}"
-    if not finding.get("compared"):
-        return "numerics: " + ("; ".join(finding.get("notes", ())) or "no kernel output could be compared")
-    text = f"no kernel diverged from eager beyond rounding noise ({finding.get('noise')})"
-    past = finding.get("past_tolerance")
+    if not finding.compared:
+        return "numerics: " + ("; ".join(finding.notes) or "no kernel output could be compared")
+    text = f"no kernel diverged from eager beyond rounding noise ({finding.noise})"
+    past = finding.past_tolerance
     if past:
         return (
-            f"{text}; the test's tolerance ({finding.get('test_tolerance')}) is tighter than the arithmetic allows: "
+            f"{text}; the test's tolerance ({finding.test_tolerance}) is tighter than the arithmetic allows: "
             f"the first kernel past it is {_kernel_text(past)}"
         )
-    if finding.get("outputs_as_exported"):
+    if finding.outputs_as_exported:
         return (
             f"{text}; the package's outputs are the exported program's and eager's are not: the difference comes "
             f"from export, not Inductor ({_EXPORT_CAUSE})"
@@ -123,28 +122,26 @@ def divergence(finding: dict[str, Any], at: str = "") -> str:
     return f"{text}; every kernel matched at the test's tolerance: the mismatch is in the comparison itself"
 
 
-def divergence_details(finding: dict[str, Any]) -> list[str]:
-    found = finding.get("diverged") or finding.get("past_tolerance")
+def divergence_details(finding: Finding) -> list[str]:
+    found = finding.diverged or finding.past_tolerance
     lines = []
-    if found and found.get("as_exported"):
+    if found and found.as_exported:
         lines.append(
-            f"the exported program computes what the package does at {found['node']}: the difference comes from "
+            f"the exported program computes what the package does at {found.node}: the difference comes from "
             f"export, not Inductor ({_EXPORT_CAUSE})"
         )
-    elif found and found.get("closer"):
-        closer = "both are as close" if found["closer"] == "neither" else f"the {found['closer']} is closer"
+    elif found and found.closer:
+        closer = "both are as close" if found.closer == "neither" else f"the {found.closer} is closer"
         lines.append(
-            f"float64 reference of {found['node']}: {closer} (package max abs err "
-            f"{found['package_err64']:.3g}, eager {found['eager_err64']:.3g})"
+            f"float64 reference of {found.node}: {closer} (package max abs err "
+            f"{found.package_err64:.3g}, eager {found.eager_err64:.3g})"
         )
-    if found and found.get("within_noise") is False and finding.get("past_tolerance") and finding.get("diverged"):
+    if found and found.within_noise is False and finding.past_tolerance and finding.diverged:
         lines.append(
-            f"earlier, within rounding noise but past the test's tolerance: {_kernel_text(finding['past_tolerance'])}"
+            f"earlier, within rounding noise but past the test's tolerance: {_kernel_text(finding.past_tolerance)}"
         )
-    lines.append(
-        f"kernel outputs compared with eager: {finding.get('compared', 0)} over {finding.get('launches', 0)} launches"
-    )
-    lines += [f"numerics: {note}" for note in finding.get("notes", ())]
+    lines.append(f"kernel outputs compared with eager: {finding.compared} over {finding.launches} launches")
+    lines += [f"numerics: {note}" for note in finding.notes]
     return lines
 
 
@@ -321,8 +318,8 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
             ("aoti_minified", f"{result['nodes_before']} -> {result['nodes_after']} nodes: {result['repro']}")
         )
     if verdict.numerics is not None:
-        found = verdict.numerics.get("diverged")
-        properties.append(("aoti_first_divergent_kernel", found["kernel"] if found else "none"))
+        found = verdict.numerics.diverged
+        properties.append(("aoti_first_divergent_kernel", found.kernel if found else "none"))
     if verdict.reproduction is not None:
         properties.append(("aoti_reproduced", verdict.reproduction))
     source = source_line(verdict)

@@ -207,12 +207,16 @@ def test_outputs_as_exported_tells_export_from_inductor() -> None:
 
 
 def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
+    from pytest_aoti.protocol import Finding
     from pytest_aoti.reporting import divergence
 
-    finding = {"compared": 2, "noise": "rtol=1.3e-06, atol=1e-05", "outputs_as_exported": True}
+    finding = Finding(compared=2, noise="rtol=1.3e-06, atol=1e-05", outputs_as_exported=True)
     assert "the package's outputs are the exported program's and eager's are not" in divergence(finding)
     assert "the difference comes from export, not Inductor" in divergence(finding)
-    assert "the mismatch is in the comparison itself" in divergence({**finding, "outputs_as_exported": False})
+    finding.outputs_as_exported = False
+    assert "the mismatch is in the comparison itself" in divergence(finding)
+    # The record crosses the process boundary as JSON and comes back whole.
+    assert Finding.from_json(finding.to_json()) == finding
 
 
 class _Cond(torch.nn.Module):

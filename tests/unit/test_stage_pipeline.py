@@ -259,3 +259,26 @@ def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_r
     timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1)
     timed_out.timeout = 5.0
     assert "timed out after 5 s" in str(not_rerun_reason("other", timed_out))
+
+
+def test_a_numerics_finding_crosses_the_boundary_whole(tmp_path: Path) -> None:
+    from pytest_aoti.debug import read_finding
+    from pytest_aoti.protocol import NUMERICS_FINDING, Finding, KernelFinding
+
+    kernel = KernelFinding(
+        kernel="cpp_fused_mul_tanh_1",
+        launch=2,
+        nodes=["tanh", "mul"],
+        node="mul",
+        buffer="buf1",
+        max_abs=0.5,
+        max_rel=0.25,
+        index=[0, 3],
+        within_noise=False,
+        inputs_matched=True,
+    )
+    finding = Finding(diverged=kernel, launches=3, compared=2, notes=["n"])
+    (tmp_path / NUMERICS_FINDING).write_text(finding.to_json())
+    assert read_finding(tmp_path) == finding
+    (tmp_path / NUMERICS_FINDING).write_text(finding.to_json()[:40])  # cut short by a crash
+    assert read_finding(tmp_path) is None
