@@ -11,14 +11,13 @@ mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child nam
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pytest
 
@@ -26,7 +25,15 @@ from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
-from pytest_aoti.protocol import BUNDLE_ENV, MINIFY_RESULT, NUMERICS_ENV, NUMERICS_FINDING, Finding, Outcome
+from pytest_aoti.protocol import (
+    BUNDLE_ENV,
+    MINIFY_RESULT,
+    NUMERICS_ENV,
+    NUMERICS_FINDING,
+    Finding,
+    MinifyResult,
+    Outcome,
+)
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -75,7 +82,7 @@ class Verdict:
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
     sanitizer: kernel_log.SanitizerError | None = None
     numerics: Finding | None = None  # stage numerics' answer, as the child wrote it
-    minified: dict[str, Any] | None = None  # pytest_aoti.minify's result (minify.json)
+    minified: MinifyResult | None = None  # stage minify's answer
     minify_log: Path | None = None
     test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
     # The user's source lines of the kernels the verdict names, by role: "suspect" (died in or last completed),
@@ -484,7 +491,7 @@ def _minify(
         shutil.rmtree(tmpdir, ignore_errors=True)
     verdict.minify_log = log_path
     try:
-        verdict.minified = json.loads((bundle / "minified" / MINIFY_RESULT).read_text())
-    except (OSError, ValueError):
+        verdict.minified = MinifyResult.from_json((bundle / "minified" / MINIFY_RESULT).read_text())
+    except (OSError, ValueError, TypeError):
         how = "timed out" if timed_out else f"exited with {returncode}"
         verdict.notes.append(f"stage minify {how} without a result (log: {log_path})")

@@ -34,7 +34,7 @@ from typing import Any
 
 from pytest_aoti import processes
 from pytest_aoti.processes import die_with_parent, signal_group
-from pytest_aoti.protocol import MINIFY_RESULT
+from pytest_aoti.protocol import MINIFY_RESULT, MinifyResult
 
 DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
 
@@ -338,7 +338,7 @@ class Search:
         return failing
 
 
-def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = None) -> dict[str, Any]:
+def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = None) -> MinifyResult:
     import torch._functorch.fx_minifier as fx_minifier
 
     started = time.monotonic()
@@ -351,7 +351,7 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
     search.workdir.mkdir(parents=True, exist_ok=True)
     if sys.platform == "linux" and _on_cpu_only(flat_module, flat_inputs):
         search.server = _JudgeServer(search.env, search.workdir / "judge-server.log")
-    result: dict[str, Any] = {"want": want, "nodes_before": before, "budget_s": budget}
+    result = MinifyResult(want=want, nodes_before=before, budget_s=budget)
     try:
         if want != "nonfinite":
             # The op that crashes the package (or breaks the CUDA context) often does so in eager too: the
@@ -371,23 +371,18 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
         if search.server is not None:
             search.server.close()
     if smallest is not None and search.save(smallest[0], smallest[1], out):
-        result["nodes_after"] = _node_count(smallest[0])
-        result["repro"] = str(out / "repro.py")
-    result.update(
-        candidates=search.judged,
-        failing_candidates=search.failing,
-        verdicts=search.verdicts,
-        out_of_time=search.out_of_time,
-        out_of_candidates=search.out_of_candidates,
-        seconds=round(time.monotonic() - started, 1),
-    )
+        result.nodes_after = _node_count(smallest[0])
+        result.repro = str(out / "repro.py")
+    result.candidates, result.failing_candidates, result.verdicts = search.judged, search.failing, search.verdicts
+    result.out_of_time, result.out_of_candidates = search.out_of_time, search.out_of_candidates
+    result.seconds = round(time.monotonic() - started, 1)
     shutil.rmtree(search.workdir, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MINIFY_RESULT).write_text(json.dumps(result, indent=1))
+    (out / MINIFY_RESULT).write_text(result.to_json())
     return result
 
 
-def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: dict[str, Any]) -> tuple[Any, Any] | None:
+def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: MinifyResult) -> tuple[Any, Any] | None:
     """Run the minifier with ``search`` judging candidates: its result, or, when the budget or an error of its own
     ends it, the smallest failing candidate judged so far (None if none failed)."""
     import torch._functorch.fx_minifier as fx_minifier
@@ -404,7 +399,7 @@ def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: di
     except _OutOfTime:
         return search.smallest
     except Exception as error:  # the minifier's own errors: report, keep the smallest failing graph found
-        result.update(error=f"{type(error).__name__}: {error}")
+        result.error = f"{type(error).__name__}: {error}"
         return search.smallest
 
 
@@ -450,8 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         save_values(options.bundle, options.values)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = minify(options.bundle, options.want, options.budget, options.max_candidates)
-    print(json.dumps(result, indent=1))
+    print(minify(options.bundle, options.want, options.budget, options.max_candidates).to_json())
     return 0
 
 

@@ -137,3 +137,32 @@ class Finding:
             raise ValueError(f"not a numerics finding: {text[:80]!r}")
         kernels = {key: KernelFinding(**data[key]) if data.get(key) else None for key in ("diverged", "past_tolerance")}
         return cls(**{**data, **kernels})
+
+
+@dataclass
+class MinifyResult:
+    """Stage minify's answer (``python -m pytest_aoti.minify``), written as ``MINIFY_RESULT`` in its output dir."""
+
+    want: str  # how a candidate must fail: crash, nonfinite or error
+    nodes_before: int
+    budget_s: float
+    candidates: int = 0
+    failing_candidates: int = 0
+    verdicts: list[str] = field(default_factory=list)  # each candidate's, in order
+    out_of_time: bool = False
+    out_of_candidates: bool = False
+    seconds: float = 0.0
+    nodes_after: int | None = None  # with repro: a smaller failing graph was found and saved
+    repro: str | None = None
+    error: str | None = None  # the minifier's own error, if it stopped on one
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> MinifyResult:
+        """The result a minify process wrote; raises ValueError (or TypeError) for text that is not one."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a minify result: {text[:80]!r}")
+        return cls(**data)

@@ -10,7 +10,7 @@ import pytest
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
-from pytest_aoti.protocol import Finding, KernelFinding, Outcome
+from pytest_aoti.protocol import Finding, KernelFinding, MinifyResult, Outcome
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -145,23 +145,16 @@ def divergence_details(finding: Finding) -> list[str]:
     return lines
 
 
-def minified_text(result: dict[str, Any]) -> str:
+def minified_text(result: MinifyResult) -> str:
     """Stage minify's answer: node counts before and after, and where the minimal repro is."""
-    count = result.get("candidates", 0)
-    searched = f"{count} candidate{'' if count == 1 else 's'} in {result.get('seconds', 0)} s"
-    if "nodes_after" not in result:
-        why = result.get("error") or "no smaller failing graph found"
-        return f"minify: {why} ({searched})"
-    stop = (
-        "candidate cap reached"
-        if result.get("out_of_candidates")
-        else "budget reached"
-        if result.get("out_of_time")
-        else "done"
-    )
+    count = result.candidates
+    searched = f"{count} candidate{'' if count == 1 else 's'} in {result.seconds} s"
+    if result.nodes_after is None:
+        return f"minify: {result.error or 'no smaller failing graph found'} ({searched})"
+    stop = "candidate cap reached" if result.out_of_candidates else "budget reached" if result.out_of_time else "done"
     return (
-        f"minify: {result['nodes_before']} -> {result['nodes_after']} nodes, still {result.get('want')} "
-        f"({searched}, {stop}): {result.get('repro')}"
+        f"minify: {result.nodes_before} -> {result.nodes_after} nodes, still {result.want} ({searched}, {stop}): "
+        f"{result.repro}"
     )
 
 
@@ -249,7 +242,7 @@ def section_text(verdict: Verdict) -> str:
         lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
     if verdict.minified is not None:
         lines.append(minified_text(verdict.minified))
-        lines.append(f"minify candidates: {', '.join(verdict.minified.get('verdicts', ())) or 'none'}")
+        lines.append(f"minify candidates: {', '.join(verdict.minified.verdicts) or 'none'}")
     if verdict.minify_log is not None:
         lines.append(f"minify log: {verdict.minify_log}")
     if verdict.died_in:
@@ -312,11 +305,9 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_bundle", str(verdict.bundle)))
     if verdict.sanitizer is not None:
         properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
-    if verdict.minified is not None and "nodes_after" in verdict.minified:
+    if verdict.minified is not None and verdict.minified.nodes_after is not None:
         result = verdict.minified
-        properties.append(
-            ("aoti_minified", f"{result['nodes_before']} -> {result['nodes_after']} nodes: {result['repro']}")
-        )
+        properties.append(("aoti_minified", f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}"))
     if verdict.numerics is not None:
         found = verdict.numerics.diverged
         properties.append(("aoti_first_divergent_kernel", found.kernel if found else "none"))

@@ -282,3 +282,18 @@ def test_a_numerics_finding_crosses_the_boundary_whole(tmp_path: Path) -> None:
     assert read_finding(tmp_path) == finding
     (tmp_path / NUMERICS_FINDING).write_text(finding.to_json()[:40])  # cut short by a crash
     assert read_finding(tmp_path) is None
+
+
+def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
+    from pytest_aoti.protocol import MinifyResult
+    from pytest_aoti.reporting import minified_text
+
+    result = MinifyResult(
+        want="crash", nodes_before=6, budget_s=300.0, candidates=2, seconds=4.5, out_of_candidates=True
+    )
+    assert minified_text(result) == "minify: no smaller failing graph found (2 candidates in 4.5 s)"
+    result.nodes_after, result.repro = 2, "/b/minified/repro.py"
+    assert MinifyResult.from_json(result.to_json()) == result
+    assert minified_text(result) == (
+        "minify: 6 -> 2 nodes, still crash (2 candidates in 4.5 s, candidate cap reached): /b/minified/repro.py"
+    )
