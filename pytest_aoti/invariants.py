@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from pytest_aoti.errors import AOTIInvariantError
+from pytest_aoti.errors import AOTIInvariantError, Invariant
 
 TreeSpec = pytree.TreeSpec
 
@@ -196,6 +196,25 @@ def flatten_inputs(in_spec: TreeSpec, args: Sequence[Any], kwargs: dict[str, Any
     return leaves
 
 
+def _check_device_and_dtype(
+    side: Literal["input", "output"],
+    index: int,
+    name: str | None,
+    value: torch.Tensor,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
+    __tracebackhide__ = True
+    if not _same_device(value.device, device):
+        kind: Invariant = "input_device" if side == "input" else "output_device"
+        raise AOTIInvariantError(
+            kind, side=side, index=index, name=name, expected=str(device), actual=str(value.device)
+        )
+    if value.dtype != dtype:
+        kind = "input_dtype" if side == "input" else "output_dtype"
+        raise AOTIInvariantError(kind, side=side, index=index, name=name, expected=str(dtype), actual=str(value.dtype))
+
+
 def _fmt_stride(stride: Sequence[Any]) -> str:
     return "(" + ", ".join(str(s) for s in stride) + ("," if len(stride) == 1 else "") + ")"
 
@@ -282,24 +301,7 @@ def _typed_tensor_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: 
                 expected=f"a tensor of dtype {expected.dtype}",
                 actual=type(value).__name__,
             )
-        if not _same_device(value.device, device):
-            raise AOTIInvariantError(
-                "input_device",
-                side="input",
-                index=index,
-                name=expected.name,
-                expected=str(device),
-                actual=str(value.device),
-            )
-        if value.dtype != expected.dtype:
-            raise AOTIInvariantError(
-                "input_dtype",
-                side="input",
-                index=index,
-                name=expected.name,
-                expected=str(expected.dtype),
-                actual=str(value.dtype),
-            )
+        _check_device_and_dtype("input", index, expected.name, value, device, expected.dtype)
         tensors.append((index, expected, value))
     return tensors
 
@@ -407,24 +409,7 @@ def check_outputs(
         if expected is None or not isinstance(value, torch.Tensor):
             continue
         name = None
-        if not _same_device(value.device, device):
-            raise AOTIInvariantError(
-                "output_device",
-                side="output",
-                index=index,
-                name=name,
-                expected=str(device),
-                actual=str(value.device),
-            )
-        if value.dtype != expected.dtype:
-            raise AOTIInvariantError(
-                "output_dtype",
-                side="output",
-                index=index,
-                name=name,
-                expected=str(expected.dtype),
-                actual=str(value.dtype),
-            )
+        _check_device_and_dtype("output", index, name, value, device, expected.dtype)
         want_shape = tuple(d if isinstance(d, int) else d.subs(bound) for d in expected.shape)
         shape_ok = len(want_shape) == value.dim() and all(
             # A dim that stays symbolic (data-dependent size) cannot be predicted: accept it.

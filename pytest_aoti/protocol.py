@@ -131,12 +131,17 @@ class Finding:
 
     @classmethod
     def from_json(cls, text: str) -> Finding:
-        """The finding a child wrote; raises ValueError for text that is not one."""
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"not a numerics finding: {text[:80]!r}")
+        """The finding a child wrote; raises ValueError (or TypeError) for text that is not one."""
+        data = _json_object(text, "numerics finding")
         kernels = {key: KernelFinding(**data[key]) if data.get(key) else None for key in ("diverged", "past_tolerance")}
         return cls(**{**data, **kernels})
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"not a {what}: {text[:80]!r}")
+    return data
 
 
 @dataclass
@@ -162,7 +167,4 @@ class MinifyResult:
     @classmethod
     def from_json(cls, text: str) -> MinifyResult:
         """The result a minify process wrote; raises ValueError (or TypeError) for text that is not one."""
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"not a minify result: {text[:80]!r}")
-        return cls(**data)
+        return cls(**_json_object(text, "minify result"))
