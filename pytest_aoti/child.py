@@ -44,6 +44,7 @@ from pytest_aoti.protocol import (
     TEST_PATH_ENV,
     Event,
     Outcome,
+    ProtocolError,
     decode_events,
     encode_event,
 )
@@ -315,13 +316,21 @@ def _finish(
     config: pytest.Config, launch: _Launch, returncode: int, timed_out: bool, seconds: float, timeout: float
 ) -> ChildRun:
     shutil.rmtree(launch.tmpdir, ignore_errors=True)
-    reports, child_warnings = read_reports(config, launch.report_path)
     signal_name = _signal_name(returncode)
     error: str | None
+    broken_stream: str | None
+    try:
+        reports, child_warnings = read_reports(config, launch.report_path)
+    except ProtocolError as broken:  # another pytest-aoti in the child's interpreter: say so, do not crash pytest
+        reports, child_warnings, broken_stream = [], [], f"{broken} (see its log)"
+    else:
+        broken_stream = None
     if timed_out:
         outcome, error = Outcome.TIMED_OUT, f"stopped after {timeout:g} s"
     elif signal_name is not None:
         outcome, error = Outcome.CRASHED, None
+    elif broken_stream is not None:
+        outcome, error = Outcome.ERROR, broken_stream
     else:
         outcome, error = _outcome(reports, returncode, launch.nodeid)
     return ChildRun(

@@ -297,3 +297,32 @@ def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
     assert minified_text(result) == (
         "minify: 6 -> 2 nodes, still crash (2 candidates in 4.5 s, candidate cap reached): /b/minified/repro.py"
     )
+
+
+def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_pytest(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    from pytest_aoti.child import _finish, _Launch
+
+    config = pytester.parseconfigure("-p", "no:cacheprovider")
+    report_path = tmp_path / "reports.jsonl"
+    report_path.write_text('{"event": "phase", "data": {}}\n')
+    launch = _Launch(
+        stage="isolate",
+        attempt=1,
+        nodeid="t.py::test",
+        command=["python"],
+        overrides=[],
+        env_delta={},
+        cwd=tmp_path,
+        log_path=tmp_path / "isolate.log",
+        report_path=report_path,
+        phase_path=tmp_path / "phase",
+        tmpdir=tmp_path / "tmp",
+    )
+    run = _finish(config, launch, returncode=0, timed_out=False, seconds=1.0, timeout=60.0)
+    assert run.outcome is Outcome.ERROR
+    assert (
+        run.describe()
+        == 'error: a child sent an unknown event \'phase\': \'{"event": "phase", "data": {}}\' (see its log)'
+    )
