@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ _MISSING_OP = re.compile(
 )
 
 
+_MATRIX_TIMEOUT = 900.0  # seconds for all GPUs of the device matrix: each loads and runs the package once
 _CAUGHT_IN_AOTI = re.compile(r"Exception in aoti_torch: (.+)")
 
 
@@ -149,8 +151,16 @@ def check_device_matrix(compiled: Any, args: Sequence[Any], kwargs: dict[str, An
     }
     lines: list[str] = []
     failed: list[str] = []
+    deadline = time.monotonic() + _MATRIX_TIMEOUT
     for device, process in started.items():
-        output, _ = process.communicate(timeout=900)
+        try:
+            output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:  # a hung load or kernel on that GPU: that GPU's verdict, not the test's
+            process.kill()
+            output, _ = process.communicate()
+            failed.append(device)
+            lines.append(f"{device}: FAILED: no result within {_MATRIX_TIMEOUT:g} s")
+            continue
         if process.returncode == 0:
             lines.append(f"{device}: ok")
         else:
