@@ -57,6 +57,25 @@ def _pipeline(launcher: FakeLauncher, tmp_path: Path, flaky_reruns: int = 2) -> 
     return StagePipeline(launcher, tmp_path, {}, flaky_reruns, Verdict("test_user.py::test_embedding"))
 
 
+def _run(
+    pipeline: StagePipeline,
+    stages: tuple[str, ...],
+    *,
+    kernels: tuple[str, ...] = (),
+    nonfinite: bool = False,
+    sanitizer_on_cuda_error: bool = False,
+    mismatch: bool = False,
+) -> None:
+    run_stages(
+        pipeline,
+        stages,
+        kernels=kernels,
+        nonfinite_failure=nonfinite,
+        sanitizer_on_cuda_error=sanitizer_on_cuda_error,
+        mismatch=mismatch,
+    )
+
+
 def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) -> None:
     launcher = FakeLauncher(
         tmp_path,
@@ -66,14 +85,7 @@ def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) ->
         },
     )
     pipeline = _pipeline(launcher, tmp_path)
-    run_stages(
-        pipeline,
-        ("kernels", "tensors"),
-        kernels=(),
-        nonfinite_failure=False,
-        sanitizer_on_cuda_error=False,
-        mismatch=False,
-    )
+    _run(pipeline, ("kernels", "tensors"))
     # The GPU run's verdict, less the source line (that comes from the repro bundle's package, not from the logs).
     assert headline(pipeline.verdict) == (
         "crashed with SIGABRT; in kernel triton_poi_fused_embedding_mul_0 (before_launch with no after_launch); bad "
@@ -91,9 +103,7 @@ def test_a_first_stage_that_passes_then_fails_is_called_flaky(tmp_path: Path) ->
     crash = _stage_log("ima_marked_plain.txt", "kernels")
     launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed"), ("crashed", "SIGABRT", crash)]})
     pipeline = _pipeline(launcher, tmp_path)
-    run_stages(
-        pipeline, ("kernels",), kernels=(), nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=False
-    )
+    _run(pipeline, ("kernels",))
     assert [(stage, attempt) for stage, attempt, _ in launcher.launched] == [("kernels", 1), ("kernels", 2)]
     assert pipeline.verdict.reproduction == "flaky (1 of 2 reruns)"
     assert pipeline.verdict.died_in == "gather_shift_kernel_0"
@@ -104,14 +114,7 @@ def test_a_first_stage_that_passes_then_fails_is_called_flaky(tmp_path: Path) ->
 def test_a_failure_that_never_comes_back_stops_after_its_reruns(tmp_path: Path) -> None:
     launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed")] * 3})
     pipeline = _pipeline(launcher, tmp_path)
-    run_stages(
-        pipeline,
-        ("kernels", "tensors"),
-        kernels=(),
-        nonfinite_failure=False,
-        sanitizer_on_cuda_error=False,
-        mismatch=False,
-    )
+    _run(pipeline, ("kernels", "tensors"))
     assert pipeline.verdict.reproduction == "did not reproduce (0 of 3 reruns)"
     assert [stage for stage, _, _ in launcher.launched] == ["kernels"] * 3  # no tensors stage without a failure
 
@@ -120,14 +123,7 @@ def test_a_timed_out_kernels_stage_stops_the_stages_after_it(tmp_path: Path) -> 
     crash = _stage_log("ima_marked_plain.txt", "kernels")
     launcher = FakeLauncher(tmp_path, {"kernels": [("timed out", None, crash)]})
     pipeline = _pipeline(launcher, tmp_path)
-    run_stages(
-        pipeline,
-        ("kernels", "tensors", "sanitizer"),
-        kernels=(),
-        nonfinite_failure=False,
-        sanitizer_on_cuda_error=True,
-        mismatch=False,
-    )
+    _run(pipeline, ("kernels", "tensors", "sanitizer"), sanitizer_on_cuda_error=True)
     assert [stage for stage, _, _ in launcher.launched] == ["kernels"]
     assert pipeline.stopped
     assert "later stages not run: stage kernels timed out, and they would hang the same way" in pipeline.verdict.notes
@@ -137,9 +133,7 @@ def test_a_timed_out_kernels_stage_stops_the_stages_after_it(tmp_path: Path) -> 
 def test_stage_numerics_runs_only_for_a_mismatch(tmp_path: Path, mismatch: bool) -> None:
     launcher = FakeLauncher(tmp_path, {"numerics": [("failed", None, "1 failed")]})
     pipeline = _pipeline(launcher, tmp_path)
-    run_stages(
-        pipeline, ("numerics",), kernels=(), nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=mismatch
-    )
+    _run(pipeline, ("numerics",), mismatch=mismatch)
     assert [stage for stage, _, _ in launcher.launched] == (["numerics"] if mismatch else [])
     expected_note = (
         "stage numerics found no mismatch to explain (the failure in this run was another)"
@@ -200,9 +194,7 @@ def test_each_stage_combination_launches_what_it_needs(
         {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH], "sanitizer": [("crashed", "SIGABRT", "")]},
     )
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    run_stages(
-        pipeline, stages, kernels=kernels, nonfinite_failure=False, sanitizer_on_cuda_error=False, mismatch=False
-    )
+    _run(pipeline, stages, kernels=kernels)
     assert [stage for stage, _, _ in launcher.launched] == launched
     if "kernels" in launched:
         assert pipeline.verdict.suspect_kernel == "k1"
@@ -217,14 +209,7 @@ def test_each_stage_combination_launches_what_it_needs(
 def test_a_nan_widens_stage_tensors_to_every_launched_kernel(tmp_path: Path) -> None:
     launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH]})
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    run_stages(
-        pipeline,
-        ("kernels", "tensors"),
-        kernels=(),
-        nonfinite_failure=True,
-        sanitizer_on_cuda_error=False,
-        mismatch=False,
-    )
+    _run(pipeline, ("kernels", "tensors"), nonfinite=True)
     _, _, env = launcher.launched[1]
     assert env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == "k0,k1"
 
