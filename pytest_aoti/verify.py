@@ -192,10 +192,11 @@ def _run_device(path: Path, metadata: dict[str, str], device: str | None) -> tor
     recorded = json.loads(metadata["environment"])
     if device:
         wanted = torch.device(device)
-    elif built_for == "cuda" and torch.cuda.is_available():
-        wanted = torch.device("cuda", torch.cuda.current_device())  # cuda:0, or the GPU an xdist worker took
+    elif built_for == "cuda":
+        # The current GPU: cuda:0, or the one an xdist worker took. Without CUDA the check below says so.
+        wanted = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
     else:
-        wanted = torch.device(built_for if built_for != "cuda" else "cuda:0")
+        wanted = torch.device(built_for)
     if wanted.type != built_for:
         raise AOTIVerifyError(f"{path}: built for {built_for}, asked to run on {wanted}")
     if built_for == "cuda" and not torch.cuda.is_available():
