@@ -2,8 +2,8 @@
 compiled model makes NaN inside a kernel (``log`` of a negative input, a 3-layer MLP around it) runs once plainly
 with an empty package cache (its cache line gives the compile's seconds), then under ``--aoti-debug`` with another
 empty cache, where stages ``kernels`` and ``tensors`` each compile their debug build. Prints the compile, each
-stage's seconds (as the report shows them: interpreter start, export, compile, load, run) and the ratio of the two
-stages to the plain compile.
+stage's seconds (as the report shows them: interpreter start, export, compile, load, run), the stages' wall time
+(stage tensors runs beside stage kernels) and the ratio of that wall time to the plain compile.
 
     python bench/debug_stages_benchmark.py [--device cpu|cuda]
 """
@@ -15,14 +15,12 @@ import re
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from numerics_benchmark import _run  # bench/ is on sys.path when this script runs
 
-SUITE = textwrap.dedent(
+MODEL = textwrap.dedent(
     """
-    import torch
-
-
     class LogMLP(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -34,13 +32,29 @@ SUITE = textwrap.dedent(
             h = torch.tanh(self.up(x))
             h = torch.relu(self.mid(h)) + torch.log(x.sum(dim=-1, keepdim=True))
             return self.down(h)
-
+    """
+)
+SUITE = (
+    "import torch\n"
+    + MODEL
+    + textwrap.dedent(
+        """
 
     def test_nan(aoti_compile, aoti_device):
         compiled = aoti_compile(LogMLP(), (torch.rand(16, 64, device=aoti_device) + 0.5,))
         compiled(-torch.ones(16, 64, device=aoti_device))
     """
+    )
 )
+
+
+def log_mlp() -> Any:
+    """The model, for bench/compile_breakdown.py."""
+    import torch
+
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(MODEL, namespace)
+    return namespace["LogMLP"]()
 
 
 def main() -> None:
@@ -58,15 +72,18 @@ def main() -> None:
         for name, seconds in re.findall(r"^stage (kernels|tensors) \(.*\): .* \[([\d.]+) s\]$", debug_out, re.M)
     }
     verdict = re.search(r"^verdict: .*$", debug_out, re.MULTILINE)
+    in_all = re.search(r"^debug stages: ([\d.]+) s in all$", debug_out, re.MULTILINE)
     print(f"device {device}")
     print(f"plain run: {plain:.1f} s, of which compiling {compiled.group(1) if compiled else '?'} s")
-    print(f"--aoti-debug run: {debug:.1f} s; stages: {stages}")
+    print(f"--aoti-debug run: {debug:.1f} s; each stage's own seconds: {stages}")
     print(f"verdict: {verdict.group(0) if verdict else '?'}")
-    if compiled is None or set(stages) != {"kernels", "tensors"}:
+    if compiled is None or set(stages) != {"kernels", "tensors"} or in_all is None:
         print(plain_out[-3000:], debug_out[-5000:], sep="\n")
         raise SystemExit(1)
-    ratio = (stages["kernels"] + stages["tensors"]) / float(compiled.group(1))
-    print(f"ratio (stage kernels + stage tensors) / one plain compile: {ratio:.2f}")
+    # Stage tensors runs beside stage kernels: what the user waits is the stages' wall time, not their sum.
+    print(f"debug stages' wall time: {in_all.group(1)} s")
+    ratio = float(in_all.group(1)) / float(compiled.group(1))
+    print(f"ratio (stage kernels + stage tensors, wall) / one plain compile: {ratio:.2f}")
 
 
 if __name__ == "__main__":

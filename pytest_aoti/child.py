@@ -10,7 +10,6 @@ Reports and warnings come back through pytest's own serialization hooks, one JSO
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -36,8 +35,6 @@ from pytest_aoti.phases import last_phase
 from pytest_aoti.processes import signal_group, signal_name
 from pytest_aoti.protocol import (
     CHILD_ENV,
-    HOLD_FILE_ENV,
-    HOLD_UNTIL_ENV,
     NODEID_ENV,
     PHASE_FILE_ENV,
     REPORT_FILE_ENV,
@@ -50,11 +47,10 @@ from pytest_aoti.protocol import (
 )
 from pytest_aoti.settings import settings_key
 
-# A held child (HeldChild) waits for this file before it collects; it gives up at HOLD_UNTIL_ENV (epoch seconds).
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, "TMPDIR")
+_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
 
 
@@ -352,7 +348,7 @@ def _finish(
     )
 
 
-def run_child(
+def start_child(
     config: pytest.Config,
     nodeid: str,
     *,
@@ -364,10 +360,10 @@ def run_child(
     capture: bool,
     prefix: tuple[str, ...] = (),
     attempt: int = 1,
-) -> ChildRun:
-    """Run test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
+) -> StartedChild:
+    """Start test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
     of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
-    ``attempt`` > 1 is another run of the same stage, with its own log."""
+    ``attempt`` > 1 is another run of the same stage, with its own log. Wait for it with :meth:`StartedChild.wait`."""
     launch = _prepare(
         config,
         nodeid,
@@ -379,89 +375,52 @@ def run_child(
         prefix=prefix,
         attempt=attempt,
     )
-    try:
-        returncode, timed_out, seconds = run_process(
-            [*launch.command, *launch.overrides],
-            env=launch.environment(),
-            cwd=launch.cwd,
-            log_path=launch.log_path,
-            timeout=timeout,
-        )
-    except BaseException:
-        shutil.rmtree(launch.tmpdir, ignore_errors=True)
-        raise
-    return _finish(config, launch, returncode, timed_out, seconds, timeout)
+    return StartedChild(config, launch, timeout)
 
 
-class HeldChild:
-    """A child started before its turn, so that its interpreter start and its imports (torch, export, Inductor:
-    ~2-3 s) overlap the stage before it. It waits (``HOLD_FILE_ENV``) for the environment variables that stage
-    decides (the tensors stage's kernel filter); not needed, it is killed (it has run nothing of the test's yet).
-    Alone, it gives up when this process ends or ``hold_limit`` seconds after it started. Variables Inductor reads
-    at import are applied to its config by the child (``child_session.wait_for_turn``)."""
+class StartedChild:
+    """A running child. Its timeout counts from its start, so a child started while another stage runs (stage
+    tensors beside stage kernels) is waited for as if it had been run alone. The process is spawned by the calling
+    thread (a child dies with the thread that started it); a watcher thread only notes when it ends."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        nodeid: str,
-        *,
-        test_path: Path | None,
-        stage: str,
-        env: Mapping[str, str],
-        workdir: Path,
-        hold_limit: float,
-    ) -> None:
-        self._config = config
-        self._hold_file = workdir / f"{stage}.turn.json"
-        self._hold_file.unlink(missing_ok=True)
-        hold = {HOLD_FILE_ENV: str(self._hold_file), HOLD_UNTIL_ENV: f"{time.time() + hold_limit:.3f}"}
-        self._launch = _prepare(
-            config,
-            nodeid,
-            test_path=test_path,
-            stage=stage,
-            env={**env, **hold},
-            workdir=workdir,
-            capture=False,
-            prefix=(),
-        )
-        self._process = _spawn(
-            [*self._launch.command, *self._launch.overrides],
-            env=self._launch.environment(),
-            cwd=self._launch.cwd,
-            log_path=self._launch.log_path,
-        )
+    def __init__(self, config: pytest.Config, launch: _Launch, timeout: float) -> None:
+        self._config, self._launch, self._timeout = config, launch, timeout
+        self._started = time.monotonic()
+        try:
+            self._process = _spawn(
+                [*launch.command, *launch.overrides], env=launch.environment(), cwd=launch.cwd, log_path=launch.log_path
+            )
+        except BaseException:
+            shutil.rmtree(launch.tmpdir, ignore_errors=True)
+            raise
+        self._ended: float | None = None
         self._done = False
+        threading.Thread(target=self._note_end, daemon=True).start()
 
-    def release(self, late_env: Mapping[str, str], timeout: float) -> ChildRun:
-        """Let the child run its test with ``late_env`` set, and wait for it as :func:`run_child` would. Its time
-        and its timeout count from here: what the stage adds to the rerun."""
+    def _note_end(self) -> None:
+        self._process.wait()
+        self._ended = time.monotonic()
+
+    def wait(self) -> ChildRun:
+        """Wait for the child, stopping it when its timeout is up, and read what it reported."""
         self._done = True
-        self._launch.env_delta.update(late_env)
-        released = time.monotonic()
-        _write_atomically(self._hold_file, json.dumps({"env": dict(late_env)}))
-        returncode, timed_out = _wait(self._process, timeout)
-        seconds = time.monotonic() - released
-        self._hold_file.unlink(missing_ok=True)
-        return _finish(self._config, self._launch, returncode, timed_out, seconds, timeout)
+        try:
+            remaining = max(0.0, self._timeout - (time.monotonic() - self._started))
+            returncode, timed_out = _wait(self._process, remaining)
+        except BaseException:
+            shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
+            raise
+        seconds = (self._ended or time.monotonic()) - self._started
+        return _finish(self._config, self._launch, returncode, timed_out, seconds, self._timeout)
 
     def discard(self) -> None:
-        """Not needed after all (or the parent is stopping): end it and remove what it left."""
+        """Not needed after all (or this process is stopping): end it, keeping its log for the curious."""
         if self._done:
             return
         self._done = True
-        # It has run nothing of the test's yet: nothing of it is worth a graceful end.
         signal_group(self._process.pid, signal.SIGKILL)
         self._process.wait()
         shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
-        for leftover in (self._launch.log_path, self._launch.report_path, self._launch.phase_path):
-            leftover.unlink(missing_ok=True)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
 
 
 def run_process(

@@ -8,9 +8,7 @@ replay the saved failing example instead of searching again. It never reruns or 
 from __future__ import annotations
 
 import gc
-import json
 import os
-import time
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -23,7 +21,7 @@ from pytest_aoti.child import write_report, write_warning
 from pytest_aoti.child_args import without_xdist_group
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.fixtures import debug_dirs_key
-from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, HOLD_FILE_ENV, HOLD_UNTIL_ENV, NUMERICS_ENV, PHASE_FILE_ENV
+from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, PHASE_FILE_ENV
 
 
 class ChildSession:
@@ -44,9 +42,6 @@ class ChildSession:
             Path(bundle_dir) if bundle_dir else None,
             Path(numerics_dir) if numerics_dir else None,
         )
-        hold_file = os.environ.get(HOLD_FILE_ENV)
-        if hold_file:
-            wait_for_turn(Path(hold_file), float(os.environ.get(HOLD_UNTIL_ENV, "0")) or time.time() + 600)
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the target's file (and the directories on the way to it): a child of a large suite must
@@ -133,27 +128,6 @@ def neutralize_parent_options(config: pytest.Config) -> None:
     for dest, value in _PARENT_ONLY_OPTIONS.items():
         if hasattr(config.option, dest):
             setattr(config.option, dest, value)
-
-
-def wait_for_turn(hold_file: Path, until: float) -> None:
-    """A held child (``child.HeldChild``): import what every stage needs while the stage before this one runs, then
-    wait for this stage's last environment variables. Gives up (exits, having reported nothing) when the parent is
-    gone or at ``until`` (epoch seconds)."""
-    parent = os.getppid()
-    if time.time() > until:  # not worth the imports
-        os._exit(0)
-    import pytest_aoti.compiler  # noqa: F401  (torch, export, dynamo, Inductor's config: most of a child's start)
-    from pytest_aoti.debug import apply_import_time_knob
-
-    while True:
-        if os.getppid() != parent or time.time() > until:
-            os._exit(0)
-        if hold_file.exists():
-            break
-        time.sleep(0.02)
-    for name, value in json.loads(hold_file.read_text())["env"].items():
-        os.environ[name] = value
-        apply_import_time_knob(name, value)
 
 
 def _replay_hypothesis_failures_only() -> None:

@@ -2,9 +2,12 @@
 
 Stage ``kernels``: synchronous, uncached CUDA memory, runtime input checks, NaN asserts and printer mode 3 (kernel
 names). A kernel with ``before_launch`` and no ``after_launch`` is where the process died; otherwise the last kernel
-that completed is named. Stage ``tensors``: printer mode 2 filtered to the suspects, for their tensors' stats and the
-first kernel whose output holds NaN/Inf. Both flags are codegen-time, so each stage compiles its own package; the
-package cache keys on them, so an unchanged failure debugged again loads its debug packages instead. Stage
+that completed is named. Stage ``tensors``: printer mode 2, for the suspects' tensors' stats and the first kernel
+whose output holds NaN/Inf. Both flags are codegen-time, so each stage compiles its own package. The guide filters
+mode 2 to the suspects at codegen (``AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT``), which makes stage tensors wait for
+stage kernels' log: here stage tensors prints every kernel and runs beside stage kernels, and its log is read for
+the suspects, so the two stages cost one compile's wall time. The package cache keys on the flags, so an unchanged
+failure debugged again loads its debug packages instead. Stage
 ``sanitizer``: compute-sanitizer memcheck over the test. Stage ``numerics`` (package-vs-eager mismatches): printer
 mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child names the first kernel that diverges.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +27,7 @@ import pytest
 
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules, read_node_sources
-from pytest_aoti.child import ChildRun, HeldChild, private_tmpdir, run_child, run_process
+from pytest_aoti.child import ChildRun, StartedChild, private_tmpdir, run_process, start_child
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 from pytest_aoti.protocol import (
     BUNDLE_ENV,
@@ -55,9 +59,6 @@ def sanitizer_path() -> str | None:
 
 
 FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
-# Variables a held child (child.HeldChild) may be given after it imported Inductor, which reads them at import
-# only: the config entry each one sets.
-IMPORT_TIME_KNOBS = {FILTER_ENV: ("aot_inductor", "filtered_kernel_names")}
 # Stage numerics: every kernel's arguments saved before and after its launch, and the kernel -> graph node map.
 
 
@@ -90,6 +91,7 @@ class Verdict:
     sources: dict[str, provenance.KernelSource] = field(default_factory=dict)
     source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
     custom_ops: list[tuple[str, str]] = field(default_factory=list)  # (module, import root) repro.py imports
+    seconds: float | None = None  # the debug stages' wall time, all of them
 
     @property
     def reproduced(self) -> bool:
@@ -150,23 +152,15 @@ def kernels_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def tensors_env(kernels: tuple[str, ...], extra: Mapping[str, str]) -> dict[str, str]:
+    """Printer mode 2 for ``kernels``, or for every kernel when none are given."""
     # No NaN asserts here: on CUDA they stop the run at the first NaN buffer, before the printer shows it.
     sanity = {k: v for k, v in SANITY_ENV.items() if k != "TORCHINDUCTOR_NAN_ASSERTS"}
-    return {**sanity, **DEBUG_BUILD_ENV, PRINTER_ENV: "2", FILTER_ENV: ",".join(kernels), **extra}
+    only = {FILTER_ENV: ",".join(kernels)} if kernels else {}
+    return {**sanity, **DEBUG_BUILD_ENV, PRINTER_ENV: "2", **only, **extra}
 
 
 def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
     return {PRINTER_ENV: "1", **DEBUG_BUILD_ENV, NUMERICS_ENV: str(directory), **extra}
-
-
-def apply_import_time_knob(name: str, value: str) -> None:
-    """In a held child: what importing Inductor's config with ``name=value`` set would have done."""
-    if name not in IMPORT_TIME_KNOBS:
-        raise ValueError(f"{name} cannot be set after Inductor is imported (known: {', '.join(IMPORT_TIME_KNOBS)})")
-    import torch._inductor.config as inductor_config
-
-    section, entry = IMPORT_TIME_KNOBS[name]
-    setattr(getattr(inductor_config, section), entry, value)
 
 
 def read_finding(directory: Path) -> Finding | None:
@@ -224,10 +218,18 @@ def not_rerun_reason(
     return None
 
 
-class Launcher(Protocol):
-    """Starts one child for a stage and waits for it: :func:`pytest_aoti.child.run_child` bound to the test."""
+class Started(Protocol):
+    """A stage's child, running: :class:`pytest_aoti.child.StartedChild`."""
 
-    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun: ...
+    def wait(self) -> ChildRun: ...
+
+    def discard(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """Starts one child for a stage: :func:`pytest_aoti.child.start_child` bound to the test."""
+
+    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> Started: ...
 
 
 @dataclass
@@ -253,7 +255,7 @@ class StagePipeline:
         attempt = 1
         while True:
             run_env = {**env, BUNDLE_ENV: str(self.bundle)} if is_first_stage else env
-            run = self.launch(name, run_env, prefix, attempt)
+            run = self.launch(name, run_env, prefix, attempt).wait()
             self.verdict.stages.append(run)
             if not is_first_stage or run.reproduced or attempt > self.flaky_reruns:
                 return run
@@ -291,17 +293,22 @@ class StagePipeline:
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
         return log
 
-    def tensors(self, suspects: tuple[str, ...], held: HeldChild | None, timeout: float) -> None:
-        """Stage tensors, filtered to ``suspects``: in ``held`` when it was started early, else a new child."""
+    def start_tensors(self, kernels: tuple[str, ...]) -> Started:
+        """Stage tensors, started beside stage kernels: printing ``kernels`` when the user named them, else every
+        kernel (the suspects are not known yet)."""
+        return self.launch("tensors", tensors_env(kernels, self.extra_env), (), 1)
+
+    def tensors(self, suspects: tuple[str, ...], started: Started | None) -> None:
+        """Stage tensors' stats of ``suspects``: from ``started`` when it ran beside stage kernels, else from a
+        child filtered to them."""
         verdict = self.verdict
-        env = tensors_env(suspects, self.extra_env)
-        if held is not None:
-            second = held.release({FILTER_ENV: env[FILTER_ENV]}, timeout)
+        if started is not None:
+            second = started.wait()
             verdict.stages.append(second)
         else:
-            second = self.stage("tensors", env)
+            second = self.stage("tensors", tensors_env(suspects, self.extra_env))
         log = second.log
-        stats = kernel_log.tensor_stats(log)
+        stats = [block for block in kernel_log.tensor_stats(log) if block.kernel in (None, *suspects)]
         verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
         if verdict.suspect_kernel is not None:
             verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
@@ -360,8 +367,8 @@ def debug_rerun(
     is told from one that needs the tests before it.
     """
 
-    def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun:
-        return run_child(
+    def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
+        return start_child(
             config,
             nodeid,
             test_path=test_path,
@@ -375,24 +382,13 @@ def debug_rerun(
         )
 
     pipeline = StagePipeline(launch, workdir, extra_env, flaky_reruns, Verdict(nodeid))
-    held: HeldChild | None = None
-    if "kernels" in stages and "tensors" in stages:
-        # The tensors stage's filter comes from the kernels stage's log, but its interpreter can start (and import
-        # torch) while the kernels stage runs.
-        env = {k: v for k, v in tensors_env((), extra_env).items() if k != FILTER_ENV}
-        hold_limit = timeout * (1 + flaky_reruns) + 120
-        held = HeldChild(
-            config, nodeid, test_path=test_path, stage="tensors", env=env, workdir=workdir, hold_limit=hold_limit
-        )
-    try:
-        kinds = {"nonfinite_failure": nonfinite_failure, "sanitizer_on_cuda_error": sanitizer_on_cuda_error}
-        log = run_stages(pipeline, stages, kernels=kernels, mismatch=mismatch, held=held, timeout=timeout, **kinds)
-    finally:
-        if held is not None:
-            held.discard()  # not needed after all, or this process is stopping
+    started = time.monotonic()
+    kinds = {"nonfinite_failure": nonfinite_failure, "sanitizer_on_cuda_error": sanitizer_on_cuda_error}
+    log = run_stages(pipeline, stages, kernels=kernels, mismatch=mismatch, **kinds)
     if "minify" in stages and not pipeline.stopped:
         budget, cap = minify_budget, minify_max_candidates
         _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=mismatch)
+    pipeline.verdict.seconds = time.monotonic() - started
     pipeline.attach_bundle(config.invocation_params.dir, log)
     return pipeline.verdict
 
@@ -405,21 +401,27 @@ def run_stages(
     nonfinite_failure: bool,
     sanitizer_on_cuda_error: bool,
     mismatch: bool,
-    held: HeldChild | None = None,
-    timeout: float = 0.0,
 ) -> str:
     """Numerics, kernels, tensors and sanitizer, each when asked for and when what came before allows it; returns
-    stage kernels' log (empty without it)."""
+    stage kernels' log (empty without it). Stage tensors runs beside stage kernels when both are asked for."""
     verdict = pipeline.verdict
     if "numerics" in stages:
         pipeline.numerics(mismatch)
-    log = pipeline.kernels(later_stages=len(stages) > 1) if "kernels" in stages else ""
-    launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
-    suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
-    verdict.suspects = suspects
+    beside = pipeline.start_tensors(kernels) if "kernels" in stages and "tensors" in stages else None
+    try:
+        log = pipeline.kernels(later_stages=len(stages) > 1) if "kernels" in stages else ""
+        launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
+        suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
+        verdict.suspects = suspects
+        reproduced = not verdict.stages or verdict.reproduced
+        if beside is not None and not pipeline.stopped:
+            pipeline.tensors(suspects, beside)
+        elif "tensors" in stages and suspects and reproduced and not pipeline.stopped:
+            pipeline.tensors(suspects, None)
+    finally:
+        if beside is not None:
+            beside.discard()  # stage kernels timed out (it would hang the same way), or this process is stopping
     reproduced = not verdict.stages or verdict.reproduced
-    if "tensors" in stages and suspects and reproduced and not pipeline.stopped:
-        pipeline.tensors(suspects, held, timeout)
     cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
     if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not pipeline.stopped:
         pipeline.sanitizer()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti import phases
-from pytest_aoti.child import ChildRun, replay_warning, run_child
+from pytest_aoti.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different, not_rerun_reason
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
@@ -144,7 +144,7 @@ class ParentSession:
         resolved = item_settings(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         capture = self.config.getoption("capture", "fd") != "no"
-        run = run_child(
+        run = start_child(
             self.config,
             item.nodeid,
             test_path=item.path,
@@ -153,7 +153,7 @@ class ParentSession:
             timeout=resolved.isolate_timeout,
             workdir=_workdir(self.config, item.nodeid),
             capture=capture,
-        )
+        ).wait()
         if not capture:
             # -s: the test's output, as it would have reached the terminal in this process.
             self.config.get_terminal_writer().write(run.log)

@@ -12,8 +12,6 @@ The parent starts a child with (all but the first two optional):
   unknown event is an error, as in pytest-xdist's controller;
 - ``PHASE_FILE_ENV``: where the compiled-model code appends the phase it is in (export, compile, load, run), so a
   crash can be placed;
-- ``HOLD_FILE_ENV`` / ``HOLD_UNTIL_ENV``: a child started early waits for this file (its last environment variables)
-  before running the test, and gives up at the epoch time given;
 - ``BUNDLE_ENV``: where the failing call records a repro bundle;
 - ``NUMERICS_ENV``: where stage numerics captures both sides of every call, and writes ``NUMERICS_FINDING``.
 """
@@ -31,8 +29,6 @@ NODEID_ENV = "PYTEST_AOTI_NODEID"
 TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
 PHASE_FILE_ENV = "PYTEST_AOTI_PHASE_FILE"
-HOLD_FILE_ENV = "PYTEST_AOTI_HOLD_FILE"
-HOLD_UNTIL_ENV = "PYTEST_AOTI_HOLD_UNTIL"
 BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 

@@ -227,13 +227,17 @@ def _stage_line(run: ChildRun) -> str:
     printer = run.env_delta.get(PRINTER_ENV)
     what = "compute-sanitizer memcheck" if run.stage == "sanitizer" else f"printer={printer}"
     what += ", provenance tracking" if run.stage == "numerics" else ""
-    what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ""
+    if run.stage == "tensors":
+        # Beside stage kernels it prints every kernel, and its log is read for the suspects.
+        what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ", every kernel"
     return f"stage {run.label} ({what}): {run.describe()} [{run.seconds:.1f} s]"
 
 
 def section_text(verdict: Verdict) -> str:
     lines = [f"verdict: {headline(verdict)}"]
     lines += [_stage_line(run) for run in verdict.stages]
+    if verdict.seconds is not None and verdict.stages:
+        lines.append(f"debug stages: {verdict.seconds:.1f} s in all")
     lines += verdict.notes
     if verdict.numerics is not None:
         lines.append(divergence(verdict.numerics, _at(verdict, "divergent")))
@@ -250,7 +254,7 @@ def section_text(verdict: Verdict) -> str:
     elif verdict.last_completed:
         lines.append(f"last completed kernel: {verdict.last_completed}")
     if verdict.suspects and any(run.stage == "tensors" for run in verdict.stages):
-        lines.append(f"suspects (printed by the tensors stage): {', '.join(verdict.suspects)}")
+        lines.append(f"suspects (read in stage tensors' log): {', '.join(verdict.suspects)}")
     lines += [f"bad input: {fact}" for fact in bad_values(verdict)]
     if verdict.suspect_inputs:
         lines.append(

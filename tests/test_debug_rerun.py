@@ -72,7 +72,8 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert "crashed while running 'suite/test_user.py::test_crash'" in text
     assert f"verdict: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH} completed" in text
     assert "stage kernels (printer=3): crashed with SIGSEGV" in text
-    assert f"stage tensors (printer=2 filtered to {KERNEL_OF_THE_CRASH}): crashed with SIGSEGV" in text
+    assert "stage tensors (printer=2, every kernel): crashed with SIGSEGV" in text
+    assert f"suspects (read in stage tensors' log): {KERNEL_OF_THE_CRASH}" in text
     assert "last phase: run" in text
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in text
     # The call after the last completed kernel is the custom op, on its line of the model.

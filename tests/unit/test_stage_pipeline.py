@@ -25,6 +25,20 @@ def _stage_log(evidence: str, stage: str) -> str:
     return text[start : end.start() if end else len(text)]
 
 
+class Finished:
+    """A child that has already ended: what a fake launch hands back."""
+
+    def __init__(self, run: ChildRun) -> None:
+        self.run = run
+        self.discarded = False
+
+    def wait(self) -> ChildRun:
+        return self.run
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
 class FakeLauncher:
     """Hands each stage the next of its scripted runs: (outcome, signal, log text)."""
 
@@ -33,23 +47,25 @@ class FakeLauncher:
         self.script = script
         self.launched: list[tuple[str, int, dict[str, str]]] = []
 
-    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> ChildRun:
+    def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> Finished:
         self.launched.append((stage, attempt, env))
         outcome, signal_name, log = self.script[stage].pop(0)
         log_path = self.tmp_path / f"{stage}-{attempt}.log"
         log_path.write_text(log)
-        return ChildRun(
-            stage=stage,
-            outcome=Outcome(outcome),
-            returncode=None,
-            signal_name=signal_name,
-            seconds=1.0,
-            log_path=log_path,
-            phase_path=self.tmp_path / "no-phase-file",
-            command=["python", "-m", "pytest"],
-            env_delta=env,
-            cwd=self.tmp_path,
-            attempt=attempt,
+        return Finished(
+            ChildRun(
+                stage=stage,
+                outcome=Outcome(outcome),
+                returncode=None,
+                signal_name=signal_name,
+                seconds=1.0,
+                log_path=log_path,
+                phase_path=self.tmp_path / "no-phase-file",
+                command=["python", "-m", "pytest"],
+                env_delta=env,
+                cwd=self.tmp_path,
+                attempt=attempt,
+            )
         )
 
 
@@ -93,9 +109,12 @@ def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) ->
         "the asserted range [0, 100); device-side assert `index out of bounds: 0 <= tmp4 < 100`; consistent (2 of 2 "
         "reruns)"
     )
-    # Stage tensors printed only the suspect; stage kernels alone recorded the failing call.
-    (_, _, kernels_env), (_, _, tensors_env) = launcher.launched
-    assert tensors_env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == "triton_poi_fused_embedding_mul_0"
+    # Stage tensors started first, beside stage kernels, printing every kernel (the suspects are not known yet);
+    # its log was read for the suspect. Stage kernels alone recorded the failing call.
+    (_, _, tensors_env), (_, _, kernels_env) = launcher.launched
+    assert tensors_env["AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"] == "2"
+    assert "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT" not in tensors_env
+    assert pipeline.verdict.suspects == ("triton_poi_fused_embedding_mul_0",)
     assert "PYTEST_AOTI_BUNDLE_DIR" in kernels_env and "PYTEST_AOTI_BUNDLE_DIR" not in tensors_env
 
 
@@ -112,19 +131,23 @@ def test_a_first_stage_that_passes_then_fails_is_called_flaky(tmp_path: Path) ->
 
 
 def test_a_failure_that_never_comes_back_stops_after_its_reruns(tmp_path: Path) -> None:
-    launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed")] * 3})
+    passed = ("passed", None, "1 passed")
+    launcher = FakeLauncher(tmp_path, {"kernels": [passed] * 3, "tensors": [passed]})
     pipeline = _pipeline(launcher, tmp_path)
     _run(pipeline, ("kernels", "tensors"))
-    assert pipeline.verdict.reproduction == "did not reproduce (0 of 3 reruns)"
-    assert [stage for stage, _, _ in launcher.launched] == ["kernels"] * 3  # no tensors stage without a failure
+    # Stage tensors ran once, beside the first run of stage kernels; only the first stage runs again.
+    assert [stage for stage, _, _ in launcher.launched] == ["tensors"] + ["kernels"] * 3
+    assert pipeline.verdict.reproduction == "did not reproduce (0 of 4 reruns)"
 
 
 def test_a_timed_out_kernels_stage_stops_the_stages_after_it(tmp_path: Path) -> None:
     crash = _stage_log("ima_marked_plain.txt", "kernels")
-    launcher = FakeLauncher(tmp_path, {"kernels": [("timed out", None, crash)]})
+    launcher = FakeLauncher(tmp_path, {"kernels": [("timed out", None, crash)], "tensors": [("timed out", None, "")]})
     pipeline = _pipeline(launcher, tmp_path)
     _run(pipeline, ("kernels", "tensors", "sanitizer"), sanitizer_on_cuda_error=True)
-    assert [stage for stage, _, _ in launcher.launched] == ["kernels"]
+    # Stage tensors, started beside it, is stopped with it: no sanitizer either.
+    assert [stage for stage, _, _ in launcher.launched] == ["tensors", "kernels"]
+    assert [run.stage for run in pipeline.verdict.stages] == ["kernels"]
     assert pipeline.stopped
     assert "later stages not run: stage kernels timed out, and they would hang the same way" in pipeline.verdict.notes
 
@@ -165,12 +188,13 @@ TENSORS_CRASH = ("crashed", "SIGABRT", "[ before_launch: k1 ]\n")
         (("kernels",), (), None, ["kernels"], None),
         (("tensors",), ("k1",), None, ["tensors"], None),  # the user named the kernels: no kernels stage needed
         (("tensors",), (), None, [], None),  # nothing to filter to: stage tensors cannot run
-        (("kernels", "tensors"), (), None, ["kernels", "tensors"], None),
+        (("kernels", "tensors"), (), None, ["tensors", "kernels"], None),  # tensors beside kernels
+        (("kernels", "tensors"), ("k1",), None, ["tensors", "kernels"], None),
         (
             ("kernels", "tensors", "sanitizer"),
             (),
             "/opt/cuda/bin/compute-sanitizer",
-            ["kernels", "tensors", "sanitizer"],
+            ["tensors", "kernels", "sanitizer"],
             None,
         ),
         (("kernels", "sanitizer"), (), None, ["kernels"], "stage sanitizer not run: compute-sanitizer is not on PATH"),
@@ -200,18 +224,54 @@ def test_each_stage_combination_launches_what_it_needs(
         assert pipeline.verdict.suspect_kernel == "k1"
     if "tensors" in launched:
         _, _, env = next(entry for entry in launcher.launched if entry[0] == "tensors")
+        # Filtered at codegen to the kernels the user named, else printing every kernel.
+        assert env.get("AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT") == ("k1" if kernels else None)
+    if "kernels" in launched and "tensors" in launched and not kernels:
         # The one that never finished first, then the last that did (a kernel may read what the one before wrote).
-        assert env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == ("k1" if kernels else "k1,k0")
+        assert pipeline.verdict.suspects == ("k1", "k0")
     if note is not None:
         assert any(line.startswith(note) for line in pipeline.verdict.notes), pipeline.verdict.notes
 
 
+def _stats(when: str, kernel: str, arg: str, value: str) -> str:
+    return f"[  {when}_launch - {kernel} - {arg}  ]:\nMean value: {value}\nMin value: {value}\nMax value: {value}\n"
+
+
+# Stage tensors' log printing every kernel: a NaN first made by k0, then carried into k1's output.
+EVERY_KERNEL = (
+    "crashed",
+    "SIGABRT",
+    _stats("after", "k0", "buf0", "nan") + _stats("before", "k1", "buf0", "nan") + _stats("after", "k1", "buf1", "nan"),
+)
+
+
+def test_a_crash_reads_stage_tensors_for_its_suspects_only(tmp_path: Path) -> None:
+    launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [EVERY_KERNEL]})
+    pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
+    _run(pipeline, ("kernels", "tensors"))
+    assert pipeline.verdict.suspects == ("k1", "k0")
+    assert pipeline.verdict.first_nonfinite is not None and pipeline.verdict.first_nonfinite.kernel == "k0"
+    assert [block.arg for block in pipeline.verdict.suspect_inputs] == ["buf0"]
+
+
 def test_a_nan_widens_stage_tensors_to_every_launched_kernel(tmp_path: Path) -> None:
-    launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH]})
+    kernels_log = "[ before_launch: k0 ]\n[ after_launch: k0 ]\n[ before_launch: k1 ]\n[ after_launch: k1 ]\n"
+    launcher = FakeLauncher(tmp_path, {"kernels": [("failed", None, kernels_log)], "tensors": [EVERY_KERNEL]})
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
     _run(pipeline, ("kernels", "tensors"), nonfinite=True)
-    _, _, env = launcher.launched[1]
-    assert env["AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"] == "k0,k1"
+    assert pipeline.verdict.suspects == ("k0", "k1")
+    assert pipeline.verdict.first_nonfinite is not None and pipeline.verdict.first_nonfinite.kernel == "k0"
+
+
+def test_stage_tensors_log_is_read_for_the_suspects_only(tmp_path: Path) -> None:
+    """A kernel the suspects do not name is not reported, whatever stage tensors printed for it."""
+    only_k1_crashes = ("crashed", "SIGABRT", "[ before_launch: k1 ]\n")
+    launcher = FakeLauncher(tmp_path, {"kernels": [only_k1_crashes], "tensors": [EVERY_KERNEL]})
+    pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
+    _run(pipeline, ("kernels", "tensors"))
+    assert pipeline.verdict.suspects == ("k1",)
+    assert pipeline.verdict.first_nonfinite is not None
+    assert (pipeline.verdict.first_nonfinite.kernel, pipeline.verdict.first_nonfinite.arg) == ("k1", "buf1")
 
 
 @pytest.mark.parametrize(
@@ -241,7 +301,7 @@ def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_r
     from pytest_aoti.debug import not_rerun_reason
 
     assert "setup failed before it exported" in str(not_rerun_reason(None, None, setup_failed_before_aoti=True))
-    timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1)
+    timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1).wait()
     timed_out.timeout = 5.0
     assert "timed out after 5 s" in str(not_rerun_reason("other", timed_out))
 
