@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -30,11 +31,16 @@ from typing import Any
 
 # Inductor's steps inside aoti_compile_and_package, as module:qualified name (those this torch lacks are left out).
 STEPS = {
+    "all of Inductor (compile_fx_aot)": "torch._inductor.compile_fx:compile_fx_aot",
     "lowering": "torch._inductor.graph:GraphLowering.run",
+    "wrapper and kernel codegen": "torch._inductor.graph:GraphLowering.codegen_with_cpp_wrapper",
     "scheduling": "torch._inductor.scheduler:Scheduler.__init__",
     "kernel codegen": "torch._inductor.scheduler:Scheduler.codegen",
     "waiting for kernel compiles": "torch._inductor.async_compile:AsyncCompile.wait",
+    "Triton precompile": "torch._inductor.runtime.triton_heuristics:CachingAutotuner.precompile",
     "autotuning": "torch._inductor.runtime.triton_heuristics:CachingAutotuner.benchmark_all_configs",
+    "loading generated Python": "torch._inductor.codecache:PyCodeCache.load_by_key_path",
+    "AOT compile and link": "torch._inductor.codecache:AotCodeCompiler.compile",
     "C++ compiles": "torch._inductor.cpp_builder:CppBuilder.build",
 }
 
@@ -61,7 +67,10 @@ def _time_step(totals: dict[str, float], step: str, target: str) -> None:
             if depth[0] == 0:  # a step calling itself counts once
                 totals[step] = totals.get(step, 0.0) + time.perf_counter() - started
 
-    setattr(owner, name, timed)
+    if isinstance(inspect.getattr_static(owner, name), (classmethod, staticmethod)):
+        setattr(owner, name, staticmethod(timed))  # ``original`` is bound to the class already
+    else:
+        setattr(owner, name, timed)
 
 
 def child(device: str, package_dir: str, started: float) -> None:
@@ -134,7 +143,7 @@ def main() -> None:
             seconds = result["seconds"]
             seconds["exit"] = wall - sum(seconds.values())  # interpreter shutdown: the GC over torch's objects
             parts = ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
-            steps = ", ".join(f"{name} {value:.1f}" for name, value in result["steps"].items())
+            steps = ", ".join(f"{name} {result['steps'][name]:.1f}" for name in STEPS if name in result["steps"])
             print(f"{build}: {wall:.1f} s in all: {parts}")
             print(f"{' ' * len(build)}  inside compile: {steps}")
 
