@@ -497,9 +497,9 @@ def test_goldens_and_a_self_verifying_package_on_cuda(pytester: pytest.Pytester,
     if evidence:
         Path(evidence, "guard_sm80.txt").write_text(guarded.stdout + guarded.stderr)
     assert guarded.returncode == 1
-    assert re.search(
-        r"the package's kernels were built for compute capability 80; NVIDIA .+ is \d+", guarded.stdout
-    ), guarded.stdout
+    assert re.search(r"the package's kernels were built for compute capability 80; NVIDIA .+ is \d+", guarded.stdout), (
+        guarded.stdout
+    )
 
 
 DEPLOY_TESTS = """
