@@ -31,26 +31,25 @@ import pytest
 from pytest_aoti import processes
 from pytest_aoti.child_args import strip_parent_only
 from pytest_aoti.devices import assigned_device, workerid
-from pytest_aoti.phases import last_phase
 from pytest_aoti.processes import signal_group, signal_name
 from pytest_aoti.protocol import (
     CHILD_ENV,
     NODEID_ENV,
-    PHASE_FILE_ENV,
     REPORT_FILE_ENV,
     TEST_PATH_ENV,
     Event,
+    Finding,
     Outcome,
     ProtocolError,
+    append_event,
     decode_events,
-    encode_event,
 )
 from pytest_aoti.settings import settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-_UNSHOWN_ENV = (REPORT_FILE_ENV, PHASE_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
+_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
 _KILL_GRACE_SECONDS = 10.0
 
 
@@ -64,12 +63,13 @@ class ChildRun:
     signal_name: str | None
     seconds: float
     log_path: Path
-    phase_path: Path
     command: list[str]
     env_delta: dict[str, str]
     cwd: Path
     reports: list[pytest.TestReport] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)  # the phases the compiled-model code announced, in order
+    finding: Finding | None = None  # stage numerics' answer
     error: str | None = None
     timeout: float | None = None
     attempt: int = 1  # the stage's run: 2 and up are extra runs of a stage that did not reproduce the failure
@@ -96,10 +96,7 @@ class ChildRun:
     @property
     def phase(self) -> str | None:
         """The last phase the child announced (export, compile, load, loaded, run, ran), if any."""
-        try:
-            return last_phase(self.phase_path.read_text(errors="replace"))
-        except OSError:
-            return None
+        return self.phases[-1] if self.phases else None
 
     @property
     def reproduce(self) -> str:
@@ -242,7 +239,7 @@ class _Terminated(BaseException):
 
 
 @dataclass
-class _Launch:
+class _ChildSetup:
     """What a child is started with, and the files it reports through."""
 
     stage: str
@@ -254,7 +251,6 @@ class _Launch:
     cwd: Path
     log_path: Path
     report_path: Path
-    phase_path: Path
     tmpdir: Path
 
     def environment(self) -> dict[str, str]:
@@ -263,62 +259,21 @@ class _Launch:
         return env
 
 
-def _prepare(
-    config: pytest.Config,
-    nodeid: str,
-    *,
-    test_path: Path | None,
-    stage: str,
-    env: Mapping[str, str],
-    workdir: Path,
-    capture: bool,
-    prefix: tuple[str, ...],
-    attempt: int = 1,
-) -> _Launch:
-    workdir.mkdir(parents=True, exist_ok=True)
-    stem = stage if attempt == 1 else f"{stage}.{attempt}"
-    report_path = workdir / f"{stem}.reports.jsonl"
-    phase_path = workdir / f"{stem}.phases"
-    for stale in (report_path, phase_path):
-        stale.unlink(missing_ok=True)
-    tmpdir = private_tmpdir(workdir)
-    env_delta = {
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONFAULTHANDLER": "1",
-        CHILD_ENV: stage,
-        NODEID_ENV: nodeid,
-        **({TEST_PATH_ENV: str(test_path)} if test_path is not None else {}),
-        REPORT_FILE_ENV: str(report_path),
-        PHASE_FILE_ENV: str(phase_path),
-        "TMPDIR": str(tmpdir),
-        **env,
-    }
-    return _Launch(
-        stage=stage,
-        attempt=attempt,
-        nodeid=nodeid,
-        command=[*prefix, *child_command(config, capture=capture)],
-        overrides=_isolating_overrides(config, workdir),
-        env_delta=env_delta,
-        cwd=config.invocation_params.dir,
-        log_path=workdir / f"{stem}.log",
-        report_path=report_path,
-        phase_path=phase_path,
-        tmpdir=tmpdir,
-    )
+# What a ChildRun keeps of how its child was started.
+_KEPT_OF_ITS_SETUP = ("stage", "attempt", "command", "env_delta", "cwd", "log_path")
 
 
 def _finish(
-    config: pytest.Config, launch: _Launch, returncode: int, timed_out: bool, seconds: float, timeout: float
+    config: pytest.Config, setup: _ChildSetup, returncode: int, timed_out: bool, seconds: float, timeout: float
 ) -> ChildRun:
-    shutil.rmtree(launch.tmpdir, ignore_errors=True)
+    shutil.rmtree(setup.tmpdir, ignore_errors=True)
     signal_name = _signal_name(returncode)
     error: str | None
     broken_stream: str | None
     try:
-        reports, child_warnings = read_reports(config, launch.report_path)
+        stream = read_stream(config, setup.report_path)
     except ProtocolError as broken:  # another pytest-aoti in the child's interpreter: say so, do not crash pytest
-        reports, child_warnings, broken_stream = [], [], f"{broken} (see its log)"
+        stream, broken_stream = ChildStream(), f"{broken} (see its log)"
     else:
         broken_stream = None
     if timed_out:
@@ -328,24 +283,12 @@ def _finish(
     elif broken_stream is not None:
         outcome, error = Outcome.ERROR, broken_stream
     else:
-        outcome, error = _outcome(reports, returncode, launch.nodeid)
-    return ChildRun(
-        stage=launch.stage,
-        outcome=outcome,
-        returncode=returncode,
-        signal_name=signal_name,
-        seconds=seconds,
-        log_path=launch.log_path,
-        phase_path=launch.phase_path,
-        command=launch.command,
-        env_delta=launch.env_delta,
-        cwd=launch.cwd,
-        reports=reports,
-        warnings=child_warnings,
-        error=error,
-        timeout=timeout if timed_out else None,
-        attempt=launch.attempt,
-    )
+        outcome, error = _outcome(stream.reports, returncode, setup.nodeid)
+    kept = {name: getattr(setup, name) for name in _KEPT_OF_ITS_SETUP}
+    ended: dict[str, Any] = {"outcome": outcome, "error": error, "returncode": returncode, "signal_name": signal_name}
+    stopped_at = timeout if timed_out else None
+    streamed: dict[str, Any] = vars(stream)
+    return ChildRun(**kept, **ended, **streamed, seconds=seconds, timeout=stopped_at)
 
 
 def start_child(
@@ -364,18 +307,34 @@ def start_child(
     """Start test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
     of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
     ``attempt`` > 1 is another run of the same stage, with its own log. Wait for it with :meth:`StartedChild.wait`."""
-    launch = _prepare(
-        config,
-        nodeid,
-        test_path=test_path,
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = stage if attempt == 1 else f"{stage}.{attempt}"
+    report_path = workdir / f"{stem}.reports.jsonl"
+    report_path.unlink(missing_ok=True)
+    tmpdir = private_tmpdir(workdir)
+    env_delta = {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",
+        CHILD_ENV: stage,
+        NODEID_ENV: nodeid,
+        **({TEST_PATH_ENV: str(test_path)} if test_path is not None else {}),
+        REPORT_FILE_ENV: str(report_path),
+        "TMPDIR": str(tmpdir),
+        **env,
+    }
+    setup = _ChildSetup(
         stage=stage,
-        env=env,
-        workdir=workdir,
-        capture=capture,
-        prefix=prefix,
         attempt=attempt,
+        nodeid=nodeid,
+        command=[*prefix, *child_command(config, capture=capture)],
+        overrides=_isolating_overrides(config, workdir),
+        env_delta=env_delta,
+        cwd=config.invocation_params.dir,
+        log_path=workdir / f"{stem}.log",
+        report_path=report_path,
+        tmpdir=tmpdir,
     )
-    return StartedChild(config, launch, timeout)
+    return StartedChild(config, setup, timeout)
 
 
 class StartedChild:
@@ -383,15 +342,15 @@ class StartedChild:
     tensors beside stage kernels) is waited for as if it had been run alone. The process is spawned by the calling
     thread (a child dies with the thread that started it); a watcher thread only notes when it ends."""
 
-    def __init__(self, config: pytest.Config, launch: _Launch, timeout: float) -> None:
-        self._config, self._launch, self._timeout = config, launch, timeout
+    def __init__(self, config: pytest.Config, setup: _ChildSetup, timeout: float) -> None:
+        self._config, self._setup, self._timeout = config, setup, timeout
         self._started = time.monotonic()
         try:
             self._process = _spawn(
-                [*launch.command, *launch.overrides], env=launch.environment(), cwd=launch.cwd, log_path=launch.log_path
+                [*setup.command, *setup.overrides], env=setup.environment(), cwd=setup.cwd, log_path=setup.log_path
             )
         except BaseException:
-            shutil.rmtree(launch.tmpdir, ignore_errors=True)
+            shutil.rmtree(setup.tmpdir, ignore_errors=True)
             raise
         self._ended: float | None = None
         self._done = False
@@ -408,10 +367,10 @@ class StartedChild:
             remaining = max(0.0, self._timeout - (time.monotonic() - self._started))
             returncode, timed_out = _wait(self._process, remaining)
         except BaseException:
-            shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
+            shutil.rmtree(self._setup.tmpdir, ignore_errors=True)
             raise
         seconds = (self._ended or time.monotonic()) - self._started
-        return _finish(self._config, self._launch, returncode, timed_out, seconds, self._timeout)
+        return _finish(self._config, self._setup, returncode, timed_out, seconds, self._timeout)
 
     def discard(self) -> None:
         """Not needed after all (or this process is stopping): end it, keeping its log for the curious."""
@@ -420,7 +379,7 @@ class StartedChild:
         self._done = True
         signal_group(self._process.pid, signal.SIGKILL)
         self._process.wait()
-        shutil.rmtree(self._launch.tmpdir, ignore_errors=True)
+        shutil.rmtree(self._setup.tmpdir, ignore_errors=True)
 
 
 def run_process(
@@ -466,31 +425,47 @@ def _signal_name(returncode: int | None) -> str | None:
     return signal_name(-returncode)
 
 
-def read_reports(config: pytest.Config, path: Path) -> tuple[list[pytest.TestReport], list[dict[str, Any]]]:
-    """The child's test reports and warnings; a file that is missing or unreadable gives none (the outcome then
-    says the child reported nothing)."""
+@dataclass
+class ChildStream:
+    """What a child streamed back: its test reports, warnings, phases and stage numerics' finding."""
+
+    reports: list[pytest.TestReport] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
+    finding: Finding | None = None
+
+
+def read_stream(config: pytest.Config, path: Path) -> ChildStream:
+    """The child's events; a file that is missing or unreadable gives none (the outcome then says the child
+    reported nothing). Raises ProtocolError on an event this side does not know."""
+    stream = ChildStream()
     try:
         lines = path.read_text().splitlines()
     except OSError:
-        return [], []
-    reports: list[pytest.TestReport] = []
-    child_warnings: list[dict[str, Any]] = []
+        return stream
     for event, data in decode_events(lines):
         if event is Event.WARNING:
-            child_warnings.append(data)
-            continue
-        report = config.hook.pytest_report_from_serializable(config=config, data=data)
-        if isinstance(report, pytest.TestReport):
-            if isinstance(report.longrepr, list):
-                # A skip's (path, lineno, reason) comes back from JSON as a list; pytest's summary wants the tuple.
-                report.longrepr = tuple(report.longrepr)
-            reports.append(report)
-    return reports, child_warnings
+            stream.warnings.append(data)
+        elif event is Event.PHASE:
+            stream.phases.append(str(data.get("phase")))
+        elif event is Event.FINDING:
+            try:
+                stream.finding = Finding.from_dict(data)
+            except (TypeError, ValueError):
+                pass  # not a finding this side can read: the stage says it found none
+        else:
+            report = config.hook.pytest_report_from_serializable(config=config, data=data)
+            if isinstance(report, pytest.TestReport):
+                if isinstance(report.longrepr, list):
+                    # A skip's (path, lineno, reason) comes back from JSON as a list; pytest's summary wants the tuple.
+                    report.longrepr = tuple(report.longrepr)
+                stream.reports.append(report)
+    return stream
 
 
 def write_report(config: pytest.Config, report: pytest.TestReport, path: str) -> None:
     """Child side: append one serialized report, flushed, so it survives a later crash."""
-    _append(path, encode_event(Event.REPORT, config.hook.pytest_report_to_serializable(config=config, report=report)))
+    append_event(path, Event.REPORT, config.hook.pytest_report_to_serializable(config=config, report=report))
 
 
 def write_warning(message: warnings.WarningMessage, when: str, nodeid: str, path: str) -> None:
@@ -503,15 +478,7 @@ def write_warning(message: warnings.WarningMessage, when: str, nodeid: str, path
         "when": when,
         "nodeid": nodeid,
     }
-    _append(path, encode_event(Event.WARNING, record))
-
-
-def _append(path: str, line: str) -> None:
-    try:
-        with open(path, "a") as stream:
-            stream.write(line)
-    except OSError:
-        pass  # the parent's dir vanished (a tmp cleaner): it will say the child reported nothing
+    append_event(path, Event.WARNING, record)
 
 
 def replay_warning(config: pytest.Config, record: dict[str, Any]) -> None:

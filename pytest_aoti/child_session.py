@@ -20,8 +20,8 @@ from pytest_aoti import phases
 from pytest_aoti.child import write_report, write_warning
 from pytest_aoti.child_args import without_xdist_group
 from pytest_aoti.errors import failure_kind
-from pytest_aoti.fixtures import debug_dirs_key
-from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, PHASE_FILE_ENV
+from pytest_aoti.fixtures import DebugSinks, debug_sinks_key
+from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV
 
 
 class ChildSession:
@@ -33,14 +33,15 @@ class ChildSession:
         if os.environ.get(CHILD_ENV) != "isolate":
             # A debug stage replays the failing example; an isolated test searches as it would in the parent.
             _replay_hypothesis_failures_only()
-        # Where the core's phase marks go: the phase file, and a debug stage's log between the printer's kernel lines
+        # Where the core's phase marks go: the event stream, and a debug stage's log between the printer's kernel lines
         # (an isolated test's output is captured into its report, where the markers would be noise).
-        phases.report_to(os.environ.get(PHASE_FILE_ENV), to_stderr=os.environ.get(CHILD_ENV) != "isolate")
+        phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != "isolate")
         # What the core's calls report to, in this child: the bundle (first debug stage) and numerics' captures.
         bundle_dir, numerics_dir = os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV)
-        config.stash[debug_dirs_key] = (
-            Path(bundle_dir) if bundle_dir else None,
-            Path(numerics_dir) if numerics_dir else None,
+        config.stash[debug_sinks_key] = DebugSinks(
+            bundle_dir=Path(bundle_dir) if bundle_dir else None,
+            numerics_dir=Path(numerics_dir) if numerics_dir else None,
+            event_file=report_file,
         )
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:

@@ -25,16 +25,15 @@ from torch.export.graph_signature import TensorArgument
 
 from pytest_aoti import phases
 from pytest_aoti.cache import PackageCache
+from pytest_aoti.dims import ExportCall, dim_names, refuse_specialized
 from pytest_aoti.errors import (
     AOTICompileError,
     AOTIExportError,
     AOTIInvariantError,
     AOTIMismatchError,
-    AOTISpecializationError,
 )
 from pytest_aoti.invariants import (
     ProgramSpec,
-    TensorSpec,
     check_inputs,
     check_outputs,
     flatten_inputs,
@@ -208,16 +207,19 @@ class CallCapture(Protocol):
 
     def eager(self) -> contextlib.AbstractContextManager[None]: ...
 
-    def explain(
-        self,
-        package_path: Path,
-        program: ExportedProgram,
-        flat_inputs: Sequence[Any],
-        tolerance: tuple[float, float] | None,
-        *,
-        package_outputs: Any = None,
-        eager_outputs: Any = None,
-    ) -> Any: ...
+    def explain(self, call: ComparedCall) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ComparedCall:
+    """A call whose package outputs did not match eager's: what stage numerics needs to explain it."""
+
+    package_path: Path
+    program: ExportedProgram
+    flat_inputs: Sequence[Any]
+    tolerance: tuple[float, float] | None
+    package_outputs: Any = None
+    eager_outputs: Any = None
 
 
 @dataclass(frozen=True)
@@ -493,10 +495,11 @@ def compile_model(
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
+    call = ExportCall(module, args, kwargs, dynamic_shapes)
     exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     _check_tensor_outputs(exported)
     if not allow_specialized_dims:
-        _refuse_specialized(module, args, kwargs, dynamic_shapes, exported)
+        refuse_specialized(call, program_spec(exported))
     key = cache.key_for(exported, configs, device) if cache is not None else None
     package_path, compile_seconds, from_cache = _built_or_cached(
         exported, configs, package_dir, type(module).__name__, cache, key
@@ -512,7 +515,7 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=dataclasses.replace(spec, dim_names=dim_names(module, args, kwargs, dynamic_shapes, spec)),
+        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         inductor_configs=dict(inductor_configs or {}),
@@ -522,20 +525,6 @@ def compile_model(
     if bundle_io:
         _bundle_io(compiled, args, kwargs, package_dir, key)
     return compiled
-
-
-def _refuse_specialized(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    exported: ExportedProgram,
-) -> None:
-    specialized = specialized_dims(module, args, kwargs, dynamic_shapes, program_spec(exported))
-    if specialized:
-        raise AOTISpecializationError(
-            "; ".join(specialized) + " (pass allow_specialized_dims=True if a static dim is intended)"
-        )
 
 
 def _built_or_cached(
@@ -599,103 +588,6 @@ def _check_tensor_outputs(exported: ExportedProgram) -> None:
             )
 
 
-def _requested_dims(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    spec: ProgramSpec,
-) -> list[tuple[TensorSpec, int, Any, int]]:
-    """``(input spec, axis, what the user gave for it, the example's size)`` for every dim ``dynamic_shapes`` names
-    (a ``Dim``, ``Dim.AUTO``, ``Dim.DYNAMIC``, ``Dim.STATIC``); empty for a ``dynamic_shapes`` form this walk does not
-    know."""
-    if not dynamic_shapes:
-        return []
-    from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
-
-    dims_of: dict[int, Any] = {}
-    try:
-        combined: Any = _combine_args(module, args, kwargs)
-        if isinstance(dynamic_shapes, tuple | list):
-            combined = type(dynamic_shapes)(combined.values())
-        _tree_map_with_path(
-            lambda path, value, dims: dims_of.__setitem__(id(value), dims) if isinstance(value, torch.Tensor) else None,
-            combined,
-            dynamic_shapes,
-        )
-    except Exception:
-        return []
-    requested: list[tuple[TensorSpec, int, Any, int]] = []
-    tensor_specs = [s for s in spec.inputs if isinstance(s, TensorSpec)]
-    tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-    for tensor, tensor_spec in zip(tensors, tensor_specs, strict=False):
-        dims = dims_of.get(id(tensor))
-        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
-        for axis, dim in items:
-            if dim is not None and isinstance(axis, int) and axis < len(tensor_spec.shape):
-                requested.append((tensor_spec, axis, dim, int(tensor.shape[axis])))
-    return requested
-
-
-def dim_names(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    spec: ProgramSpec,
-) -> dict[Any, str]:
-    """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
-    speak the user's language. Empty where the mapping cannot be made."""
-    from torch.export.dynamic_shapes import Dim, _DerivedDim
-
-    names: dict[Any, str] = {}
-    for tensor_spec, axis, dim, _ in _requested_dims(module, args, kwargs, dynamic_shapes, spec):
-        symbols: set[Any] = getattr(tensor_spec.shape[axis], "free_symbols", set())
-        if isinstance(dim, Dim) and len(symbols) == 1:
-            root = dim.root if isinstance(dim, _DerivedDim) else dim
-            names.setdefault(next(iter(symbols)), root.__name__)
-    return names
-
-
-def _dim_label(dim: Any) -> str:
-    from torch.export.dynamic_shapes import _DimHint
-
-    if isinstance(dim, _DimHint):
-        return f"Dim.{dim.type.name}"
-    return f"Dim({getattr(dim, '__name__', str(dim))!r})"
-
-
-def specialized_dims(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    spec: ProgramSpec,
-) -> list[str]:
-    """Each dim requested dynamic that export fixed to a number (``Dim.AUTO`` does it silently): the package then
-    accepts only the example's size, and traffic of other sizes fails where it is deployed."""
-    from torch.export.dynamic_shapes import _DimHint, _DimHintType
-
-    found = []
-    for tensor_spec, axis, dim, example in _requested_dims(module, args, kwargs, dynamic_shapes, spec):
-        if isinstance(dim, _DimHint) and dim.type == _DimHintType.STATIC:
-            continue
-        exported = tensor_spec.shape[axis]
-        if not isinstance(exported, int):
-            continue
-        cause = (
-            f"the example's size is {example}, and export specializes sizes 0 and 1: give an example of size >= 2"
-            if example in (0, 1)
-            else f"the model uses this size as a constant (int(x.shape[{axis}]), a branch on it, or a tensor built "
-            "from it)"
-        )
-        found.append(
-            f"input {tensor_spec.name!r} dim {axis} ({_dim_label(dim)}) was specialized to {exported} by export; the "
-            f"package accepts only {exported}. Likely cause: {cause}"
-        )
-    return found
-
-
 def _copied(value: Any) -> Any:
     """``value`` with every tensor cloned, strides kept; a tensor whose strides a clone cannot keep (an expanded
     view, which no model can mutate in place) is shared."""
@@ -722,19 +614,12 @@ def check_model(
     more_inputs: Iterable[Any] = (),
     rtol: float | None = None,
     atol: float | None = None,
-    dynamic_shapes: Any = None,
-    inductor_configs: dict[str, Any] | None = None,
-    strict: bool = False,
-    cache: PackageCache | None = None,
-    allow_nonfinite: bool = False,
-    restride_inputs: bool = False,
-    observers: CallObservers = NO_OBSERVERS,
     golden: Callable[[str, Any, CompiledModel], None] | None = None,
-    bundle_io: bool = False,
-    allow_specialized_dims: bool = False,
+    **compile_options: Any,
 ) -> CompiledModel:
-    """Compile ``model`` and compare the package with eager on the example inputs and on each of ``more_inputs``
-    (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict ``{"args": ..., "kwargs": ...}``).
+    """Compile ``model`` (``compile_options`` are :func:`compile_model`'s) and compare the package with eager on the
+    example inputs and on each of ``more_inputs`` (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict
+    ``{"args": ..., "kwargs": ...}``).
 
     ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
     ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots`)."""
@@ -743,22 +628,8 @@ def check_model(
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
     input_sets = _input_sets(args, kwargs, more_inputs)
-    compiled = compile_model(
-        model,
-        args,
-        kwargs,
-        package_dir=package_dir,
-        dynamic_shapes=dynamic_shapes,
-        inductor_configs=inductor_configs,
-        strict=strict,
-        cache=cache,
-        allow_nonfinite=allow_nonfinite,
-        restride_inputs=restride_inputs,
-        observers=observers,
-        bundle_io=bundle_io,
-        allow_specialized_dims=allow_specialized_dims,
-    )
-    module = as_module(model)
+    compiled = compile_model(model, args, kwargs, package_dir=package_dir, **compile_options)
+    module, allow_nonfinite, observers = as_module(model), compiled.allow_nonfinite, compiled.observers
     tolerance = (rtol, atol) if rtol is not None and atol is not None else None
     for number, (call_args, call_kwargs) in enumerate(input_sets):
         label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
@@ -818,14 +689,8 @@ def _compare_input_set(
     except AssertionError as mismatch:
         if capture is not None:
             flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
-            capture.explain(
-                compiled.package_path,
-                compiled.exported_program,
-                flat,
-                tolerance,
-                package_outputs=actual,
-                eager_outputs=expected,
-            )
+            program = compiled.exported_program
+            capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
         raise _mismatch_error(mismatch, compiled, module) from None
     return actual
 

@@ -21,23 +21,23 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.child import ChildRun, StartedChild, private_tmpdir, run_process, start_child
-from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
 from pytest_aoti.protocol import (
     BUNDLE_ENV,
     MINIFY_RESULT,
     NUMERICS_ENV,
-    NUMERICS_FINDING,
     Finding,
     MinifyResult,
     Outcome,
 )
+from pytest_aoti.settings import DebugRequest
+from pytest_aoti.triage import Triage
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -163,61 +163,6 @@ def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
     return {PRINTER_ENV: "1", **DEBUG_BUILD_ENV, NUMERICS_ENV: str(directory), **extra}
 
 
-def read_finding(directory: Path) -> Finding | None:
-    try:
-        return Finding.from_json((directory / NUMERICS_FINDING).read_text())
-    except (OSError, ValueError, TypeError):  # none written, or cut short by a crash
-        return None
-
-
-def not_rerun_reason(
-    failure_kind: str | None, isolated_run: ChildRun | None, *, setup_failed_before_aoti: bool = False
-) -> str | None:
-    """Why a failed test is not worth a debug rerun, or None when it is.
-
-    An input invariant is raised before the package runs: a rerun under the debug environment (two recompiles)
-    would print the same message; so would an export error, or a compile or load that raised. A failing fixture that
-    ran before the test reached pytest-aoti (no export, compile, load or call yet) is not pytest-aoti's to debug: a
-    suite's broken data fixture must not cost a child per test. An isolated run that timed out would time out the
-    same way in every stage. A graph that draws random numbers cannot match eager whatever the kernels do."""
-    if failure_kind == "input_invariant":
-        return "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
-    if failure_kind == "export":
-        return "torch.export rejected the model: no package was built, so a debug rerun cannot tell more"
-    if failure_kind == "compile":
-        # An exception, not a crash: a compile that crashes (a Triton autotune run reading out of bounds) ends its
-        # process, and that failure is debugged as a crash.
-        return (
-            "the package failed to compile or load with an error; recompiling under the debug environment would "
-            "fail the same way"
-        )
-    if failure_kind == "random_mismatch":
-        return (
-            "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot "
-            "tell a wrong kernel from different draws"
-        )
-    if failure_kind == "benchmark":
-        return "a benchmark slower than its baseline: the debug environment would only slow it further"
-    if failure_kind == "deploy":
-        return "a deployment check failed, and its report says what the deployment lacks or which thread differed"
-    if failure_kind == "snapshot":
-        return (
-            "the outputs differ from golden outputs recorded earlier, or none may be recorded: a debug rerun "
-            "compares kernels with eager, which is not what changed (see the report's environment diff)"
-        )
-    if setup_failed_before_aoti:
-        return (
-            "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "
-            "a debug rerun cannot tell more"
-        )
-    if isolated_run is not None and isolated_run.outcome is Outcome.TIMED_OUT:
-        return (
-            f"the isolated run timed out after {isolated_run.timeout:g} s; the debug stages would hang the same way "
-            "(raise the timeout or fix the hang first)"
-        )
-    return None
-
-
 class Started(Protocol):
     """A stage's child, running: :class:`pytest_aoti.child.StartedChild`."""
 
@@ -270,7 +215,7 @@ class StagePipeline:
             return
         run = self.stage("numerics", numerics_env(self.workdir / "numerics", self.extra_env))
         self.verdict.phase = run.phase
-        self.verdict.numerics = read_finding(self.workdir / "numerics")
+        self.verdict.numerics = run.finding
         if self.verdict.numerics is None and run.outcome is Outcome.FAILED:
             self.verdict.notes.append(
                 "stage numerics found no mismatch to explain (the failure in this run was another)"
@@ -343,51 +288,35 @@ class StagePipeline:
 
 
 def debug_rerun(
-    config: pytest.Config,
-    nodeid: str,
-    *,
-    test_path: Path | None,
-    workdir: Path,
-    timeout: float,
-    extra_env: Mapping[str, str],
-    kernels: tuple[str, ...],
-    stages: tuple[str, ...],
-    nonfinite_failure: bool,
-    sanitizer_on_cuda_error: bool = False,
-    mismatch: bool = False,
-    minify_budget: float = DEFAULT_MINIFY_BUDGET,
-    minify_max_candidates: int | None = None,
-    flaky_reruns: int = 0,
+    config: pytest.Config, nodeid: str, *, test_path: Path | None, workdir: Path, request: DebugRequest, plan: Triage
 ) -> Verdict:
-    """Rerun ``nodeid`` through the debug stages and read the verdict off the logs.
+    """Rerun ``nodeid`` through the stages triage chose (``plan``), as the test's marker and the session's options
+    ask (``request``), and read the verdict off the logs.
 
-    ``nonfinite_failure`` (the original failure was a NaN/Inf) widens the tensors stage to every launched kernel:
-    a NaN propagates, so the last kernel is a poor suspect for where it was made. A first stage that does not
-    reproduce the failure runs up to ``flaky_reruns`` more times (its package is cached by then): a flaky failure
-    is told from one that needs the tests before it.
+    A NaN/Inf failure widens the tensors stage to every launched kernel: a NaN propagates, so the last kernel is a
+    poor suspect for where it was made. A first stage that does not reproduce the failure runs up to
+    ``request.flaky_reruns`` more times (its package is cached by then): a flaky failure is told from one that needs
+    the tests before it.
     """
+    timeout = request.timeout
 
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
-        return start_child(
-            config,
-            nodeid,
-            test_path=test_path,
-            stage=stage,
-            env=env,
-            timeout=timeout,
-            workdir=workdir,
-            capture=False,
-            prefix=prefix,
-            attempt=attempt,
-        )
+        where: dict[str, Any] = {"test_path": test_path, "workdir": workdir, "timeout": timeout, "capture": False}
+        return start_child(config, nodeid, stage=stage, env=env, prefix=prefix, attempt=attempt, **where)
 
-    pipeline = StagePipeline(launch, workdir, extra_env, flaky_reruns, Verdict(nodeid))
+    pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns, Verdict(nodeid))
     started = time.monotonic()
-    kinds = {"nonfinite_failure": nonfinite_failure, "sanitizer_on_cuda_error": sanitizer_on_cuda_error}
-    log = run_stages(pipeline, stages, kernels=kernels, mismatch=mismatch, **kinds)
-    if "minify" in stages and not pipeline.stopped:
-        budget, cap = minify_budget, minify_max_candidates
-        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=mismatch)
+    log = run_stages(
+        pipeline,
+        plan.stages,
+        kernels=request.kernels,
+        mismatch=plan.mismatch,
+        nonfinite_failure=plan.nonfinite_failure,
+        sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
+    )
+    if "minify" in plan.stages and not pipeline.stopped:
+        budget, cap = request.minify_budget, request.minify_max_candidates
+        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=plan.mismatch)
     pipeline.verdict.seconds = time.monotonic() - started
     pipeline.attach_bundle(config.invocation_params.dir, log)
     return pipeline.verdict

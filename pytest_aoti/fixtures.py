@@ -6,6 +6,7 @@ of each test. Registered in every role (parent, xdist worker, child)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,15 +205,25 @@ def _fresh_dir(parent: Path, prefix: str) -> Path:
     return parent / f"{prefix}-{len(list(parent.glob(f'{prefix}-*')))}"
 
 
-# Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it: where
-# the first debug stage records the failing call (the repro bundle) and where stage numerics captures its calls.
-debug_dirs_key = pytest.StashKey[tuple[Path | None, Path | None]]()
+@dataclass(frozen=True)
+class DebugSinks:
+    """Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it:
+    where the first debug stage records the failing call (the repro bundle), where stage numerics captures its
+    calls, and the child's event stream, where it sends its finding."""
+
+    bundle_dir: Path | None = None
+    numerics_dir: Path | None = None
+    event_file: str | None = None
+
+
+debug_sinks_key = pytest.StashKey[DebugSinks]()
 
 
 def _debug_observers(config: pytest.Config) -> CallObservers:
     from pytest_aoti.compiler import NO_OBSERVERS, CallObservers
 
-    bundle_dir, numerics_dir = config.stash.get(debug_dirs_key, (None, None))
+    sinks = config.stash.get(debug_sinks_key, DebugSinks())
+    bundle_dir, numerics_dir = sinks.bundle_dir, sinks.numerics_dir
     if bundle_dir is None and numerics_dir is None:
         return NO_OBSERVERS
 
@@ -226,7 +237,7 @@ def _debug_observers(config: pytest.Config) -> CallObservers:
         from pytest_aoti.numerics import Capture
 
         assert numerics_dir is not None
-        return Capture(numerics_dir, number)
+        return Capture(numerics_dir, number, sinks.event_file)
 
     return CallObservers(
         before_run=record if bundle_dir is not None else None,

@@ -251,17 +251,13 @@ def check_inputs(
         compiled_stride = _compiled_stride(expected, value, bound)
         if compiled_stride is not None:
             if not restride:
-                raise AOTIInvariantError(
-                    "input_stride",
-                    side="input",
-                    index=index,
-                    name=expected.name,
-                    expected=_fmt_stride(compiled_stride),
-                    actual=_fmt_stride(value.stride()),
-                    detail="the package reads this input with the strides it was compiled for (a transposed, "
-                    f"sliced or expanded view would be read wrongly); pass {expected.name}.contiguous(), or mark "
-                    "the test @pytest.mark.aoti(restride_inputs=True) to have a copy passed",
+                why = (
+                    "the package reads this input with the strides it was compiled for (a transposed, sliced or "
+                    f"expanded view would be read wrongly); pass {expected.name}.contiguous(), or mark the test "
+                    "@pytest.mark.aoti(restride_inputs=True) to have a copy passed"
                 )
+                stride, given = _fmt_stride(compiled_stride), _fmt_stride(value.stride())
+                raise _input_error("input_stride", index, expected, stride, given, why)
             run_with[index] = torch.empty_strided(
                 value.shape, compiled_stride, dtype=value.dtype, device=value.device
             ).copy_(value)
@@ -273,6 +269,14 @@ def check_inputs(
 _TensorInput = tuple[int, TensorSpec, "torch.Tensor"]
 
 
+def _input_error(
+    invariant: Invariant, index: int, spec: TensorSpec | ScalarSpec, expected: str, actual: str, detail: str = ""
+) -> AOTIInvariantError:
+    return AOTIInvariantError(
+        invariant, side="input", index=index, name=spec.name, expected=expected, actual=actual, detail=detail
+    )
+
+
 def _typed_tensor_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: torch.device) -> list[_TensorInput]:
     """The tensor inputs with their specs, once each scalar equals the value baked in at export and each tensor is
     a tensor on the right device with the right dtype."""
@@ -281,26 +285,15 @@ def _typed_tensor_inputs(spec: ProgramSpec, flat_inputs: Sequence[Any], device: 
     for index, (expected, value) in enumerate(zip(spec.inputs, flat_inputs, strict=True)):
         if isinstance(expected, ScalarSpec):
             if isinstance(value, torch.Tensor) or type(value) is not type(expected.value) or value != expected.value:
-                raise AOTIInvariantError(
-                    "input_value",
-                    side="input",
-                    index=index,
-                    name=expected.name,
-                    expected=f"{expected.value!r}",
-                    actual=f"{value!r}",
-                    detail=f"compiled for {expected.name}={expected.value!r}: this argument was baked into the "
-                    "package at export; export again with the new value (or make it a tensor)",
+                why = (
+                    f"compiled for {expected.name}={expected.value!r}: this argument was baked into the package at "
+                    "export; export again with the new value (or make it a tensor)"
                 )
+                raise _input_error("input_value", index, expected, f"{expected.value!r}", f"{value!r}", why)
             continue
         if not isinstance(value, torch.Tensor):
-            raise AOTIInvariantError(
-                "input_structure",
-                side="input",
-                index=index,
-                name=expected.name,
-                expected=f"a tensor of dtype {expected.dtype}",
-                actual=type(value).__name__,
-            )
+            what = f"a tensor of dtype {expected.dtype}"
+            raise _input_error("input_structure", index, expected, what, type(value).__name__)
         _check_device_and_dtype("input", index, expected.name, value, device, expected.dtype)
         tensors.append((index, expected, value))
     return tensors

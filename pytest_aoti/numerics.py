@@ -41,7 +41,8 @@ from torch.export import ExportedProgram
 from torch.testing._comparison import default_tolerances
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_aoti.protocol import NUMERICS_FINDING, Finding, KernelFinding
+from pytest_aoti.compiler import ComparedCall
+from pytest_aoti.protocol import Event, Finding, KernelFinding, append_event
 
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
 _SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')
@@ -478,23 +479,17 @@ def _kernel_finding(
     return found
 
 
-def _outputs_as_exported(
-    program: ExportedProgram,
-    flat_inputs: Sequence[Any],
-    package_outputs: Any,
-    eager_outputs: Any,
-    tolerance: tuple[float, float] | None,
-) -> bool:
+def _outputs_as_exported(call: ComparedCall) -> bool:
     """Whether the package's outputs match the exported program's (run eagerly on the same flat inputs) while
     eager's do not."""
-    if package_outputs is None or eager_outputs is None:
+    if call.package_outputs is None or call.eager_outputs is None:
         return False
-    module = program.module(check_guards=False)
-    in_spec = program.call_spec.in_spec
+    module = call.program.module(check_guards=False)
+    in_spec, flat_inputs = call.program.call_spec.in_spec, call.flat_inputs
     args, kwargs = pytree.tree_unflatten(list(flat_inputs), in_spec) if in_spec is not None else (flat_inputs, {})
     with torch.no_grad():
         exported_outputs = module(*args, **kwargs)
-    rtol, atol = tolerance if tolerance is not None else (None, None)
+    rtol, atol = call.tolerance if call.tolerance is not None else (None, None)
 
     def close(actual: Any, expected: Any) -> bool:
         try:
@@ -503,7 +498,7 @@ def _outputs_as_exported(
             return False
         return True
 
-    return close(package_outputs, exported_outputs) and not close(eager_outputs, exported_outputs)
+    return close(call.package_outputs, exported_outputs) and not close(call.eager_outputs, exported_outputs)
 
 
 # -- glue for check_model ----------------------------------------------------------------------------------------------
@@ -524,8 +519,9 @@ def working_directory(path: Path) -> Iterator[None]:
 class Capture:
     """One compared call in the numerics child: where its package run saved its tensors, and eager's ops."""
 
-    def __init__(self, root: Path, number: int) -> None:
+    def __init__(self, root: Path, number: int, event_file: str | None = None) -> None:
         self.root = root
+        self.event_file = event_file  # the child's event stream: where the finding goes
         self.directory = root / f"call-{number}"
         self.recorder = _Recorder()
 
@@ -539,24 +535,14 @@ class Capture:
         with self.recorder:
             yield
 
-    def explain(
-        self,
-        package_path: Path,
-        program: ExportedProgram,
-        flat_inputs: Sequence[Any],
-        tolerance: tuple[float, float] | None,
-        *,
-        package_outputs: Any = None,
-        eager_outputs: Any = None,
-    ) -> Finding:
+    def explain(self, call: ComparedCall) -> Finding:
         """Find the first divergent kernel of this call and write the finding where the parent reads it."""
         try:
-            values = node_values(self.recorder.ops, program, flat_inputs)
-            finding = first_divergence(package_launches(package_path), self.directory, values, tolerance)
-            finding.outputs_as_exported = _outputs_as_exported(
-                program, flat_inputs, package_outputs, eager_outputs, tolerance
-            )
+            values = node_values(self.recorder.ops, call.program, call.flat_inputs)
+            finding = first_divergence(package_launches(call.package_path), self.directory, values, call.tolerance)
+            finding.outputs_as_exported = _outputs_as_exported(call)
         except Exception as error:  # the triage must not hide the test's own failure
             finding = Finding(notes=[f"numerics triage failed: {type(error).__name__}: {error}"])
-        (self.root / NUMERICS_FINDING).write_text(finding.to_json())
+        if self.event_file is not None:
+            append_event(self.event_file, Event.FINDING, finding.to_dict())
         return finding

@@ -23,7 +23,7 @@ import pytest
 
 from pytest_aoti import phases
 from pytest_aoti.child import ChildRun, replay_warning, start_child
-from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different, not_rerun_reason
+from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
 from pytest_aoti.reporting import (
@@ -36,6 +36,7 @@ from pytest_aoti.reporting import (
 )
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 from pytest_aoti.snapshot_plugin import SnapshotTracker
+from pytest_aoti.triage import triage
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
@@ -84,29 +85,18 @@ def attach_debug(
     report. ``reached_aoti``: whether the test announced any pytest-aoti phase (export, compile, load, run) before
     it failed. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
     reads ``user_properties`` from that one only."""
-    setup_failed_before_aoti = report.when == "setup" and not reached_aoti
-    reason = config.stash[settings_key].no_children_reason or not_rerun_reason(
-        failure, isolated_run, setup_failed_before_aoti=setup_failed_before_aoti
+    plan = triage(
+        failure,
+        request,
+        isolated_run=isolated_run,
+        setup_failed_before_aoti=report.when == "setup" and not reached_aoti,
+        no_children_reason=config.stash[settings_key].no_children_reason,
     )
-    if reason is not None:
-        verdict = Verdict(report.nodeid, not_rerun=reason)
+    if plan.not_rerun is not None:
+        verdict = Verdict(report.nodeid, not_rerun=plan.not_rerun)
     else:
-        verdict = debug_rerun(
-            config,
-            report.nodeid,
-            test_path=test_path,
-            workdir=_workdir(config, report.nodeid),
-            timeout=request.timeout,
-            extra_env=request.env,
-            kernels=request.kernels,
-            stages=request.stages_for(failure),
-            mismatch=failure == "mismatch",
-            nonfinite_failure=failure == "output_nonfinite",
-            sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
-            minify_budget=request.minify_budget,
-            minify_max_candidates=request.minify_max_candidates,
-            flaky_reruns=request.flaky_reruns,
-        )
+        workdir = _workdir(config, report.nodeid)
+        verdict = debug_rerun(config, report.nodeid, test_path=test_path, workdir=workdir, request=request, plan=plan)
         # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
         # failure, not the test's: the verdict says so.
         original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure

@@ -7,13 +7,12 @@ The parent starts a child with (all but the first two optional):
 - ``CHILD_ENV``: which child this is: ``isolate`` (the test run alone) or a debug stage (``kernels``, ``tensors``,
   ``sanitizer``, ``numerics``);
 - ``NODEID_ENV`` / ``TEST_PATH_ENV``: the one test to run, and the file that defines it;
-- ``REPORT_FILE_ENV``: where the child appends its events (:class:`Event`: test reports and warnings), one JSON
-  line each, ``{"event": NAME, "data": {...}}``; the parent decodes them with :func:`decode_events`, where an
-  unknown event is an error, as in pytest-xdist's controller;
-- ``PHASE_FILE_ENV``: where the compiled-model code appends the phase it is in (export, compile, load, run), so a
-  crash can be placed;
+- ``REPORT_FILE_ENV``: where the child appends its events (:class:`Event`: test reports, warnings, the phases the
+  compiled-model code passes through so a crash can be placed, stage numerics' finding), one JSON line each,
+  ``{"event": NAME, "data": {...}}``, appended as they happen so a crash loses none written before it; the parent
+  decodes them with :func:`decode_events`, where an unknown event is an error, as in pytest-xdist's controller;
 - ``BUNDLE_ENV``: where the failing call records a repro bundle;
-- ``NUMERICS_ENV``: where stage numerics captures both sides of every call, and writes ``NUMERICS_FINDING``.
+- ``NUMERICS_ENV``: where stage numerics captures both sides of every call.
 """
 
 from __future__ import annotations
@@ -28,11 +27,9 @@ CHILD_ENV = "PYTEST_AOTI_CHILD"
 NODEID_ENV = "PYTEST_AOTI_NODEID"
 TEST_PATH_ENV = "PYTEST_AOTI_TEST_PATH"
 REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
-PHASE_FILE_ENV = "PYTEST_AOTI_PHASE_FILE"
 BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 
-NUMERICS_FINDING = "numerics.json"  # in NUMERICS_ENV's dir: a Finding (below) as JSON
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.minify found
 
 
@@ -55,6 +52,8 @@ class Event(str, enum.Enum):
 
     REPORT = "report"  # a pytest.TestReport, as pytest_report_to_serializable gives it
     WARNING = "warning"  # a warning, as pytest-xdist's workers send theirs
+    PHASE = "phase"  # {"phase": "export"|"compile"|"load"|"loaded"|"run"|"ran", "detail": ...}: where the call is
+    FINDING = "finding"  # stage numerics' Finding (below)
 
     def __str__(self) -> str:
         return self.value
@@ -67,6 +66,15 @@ class ProtocolError(RuntimeError):
 def encode_event(event: Event, data: dict[str, Any]) -> str:
     """One line of the report file."""
     return json.dumps({"event": event.value, "data": data}) + "\n"
+
+
+def append_event(path: str, event: Event, data: dict[str, Any]) -> None:
+    """Child side: append one event, the file opened and closed for it, so it survives a later crash."""
+    try:
+        with open(path, "a") as stream:
+            stream.write(encode_event(event, data))
+    except OSError:
+        pass  # the parent's dir vanished (a tmp cleaner): it will say the child reported nothing
 
 
 def decode_events(lines: Iterable[str]) -> Iterator[tuple[Event, dict[str, Any]]]:
@@ -122,13 +130,12 @@ class Finding:
     # the node that differs has no kernel of its own (Inductor folded it away).
     outputs_as_exported: bool = False
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
-    def from_json(cls, text: str) -> Finding:
-        """The finding a child wrote; raises ValueError (or TypeError) for text that is not one."""
-        data = _json_object(text, "numerics finding")
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """The finding a child sent; raises TypeError (or ValueError) for data that is not one."""
         kernels = {key: KernelFinding(**data[key]) if data.get(key) else None for key in ("diverged", "past_tolerance")}
         return cls(**{**data, **kernels})
 

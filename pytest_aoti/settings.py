@@ -81,10 +81,6 @@ DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 STAGES = ("kernels", "tensors", "sanitizer", "numerics", "minify")
-# Without stages=, the failure picks them: a package-vs-eager mismatch gets ``numerics`` (which kernel diverged), any
-# other failure ``kernels`` and ``tensors`` (where it crashed, which tensor went bad).
-DEFAULT_STAGES = ("kernels", "tensors")
-MISMATCH_STAGES = ("numerics",)
 
 
 class CrashGuard(enum.Enum):
@@ -135,18 +131,12 @@ class DebugRequest:
     timeout: float
     env: Mapping[str, str]
     kernels: tuple[str, ...]
-    stages: tuple[str, ...] | None  # None: chosen by the failure's kind (see DEFAULT_STAGES)
+    stages: tuple[str, ...] | None  # None: chosen by the failure's kind (triage.stages_for)
     sanitizer_on_cuda_error: bool = False
     minify: bool = False  # --aoti-minify: add stage minify whatever the stages
     minify_budget: float = DEFAULT_MINIFY_BUDGET
     minify_max_candidates: int | None = None
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS
-
-    def stages_for(self, failure: str | None) -> tuple[str, ...]:
-        stages = self.stages
-        if stages is None:
-            stages = MISMATCH_STAGES if failure == "mismatch" else DEFAULT_STAGES
-        return (*stages, "minify") if self.minify and "minify" not in stages else stages
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -193,6 +193,7 @@ def test_random_ops_are_the_ones_that_draw() -> None:
 def test_outputs_as_exported_tells_export_from_inductor() -> None:
     """Python state baked in at export: the exported program (what the package computes) differs from eager even
     where no kernel of the package holds the differing node."""
+    from pytest_aoti.compiler import ComparedCall
     from pytest_aoti.numerics import _outputs_as_exported
 
     model = _Scaled()
@@ -201,9 +202,11 @@ def test_outputs_as_exported_tells_export_from_inductor() -> None:
     as_exported = program.module()(x)
     model.scale = 3.0
     eager = model(x)
-    assert _outputs_as_exported(program, [x], as_exported, eager, None)
-    assert not _outputs_as_exported(program, [x], eager, as_exported, None)  # the package is the odd one out
-    assert not _outputs_as_exported(program, [x], as_exported, as_exported, None)
+    package = Path("unused.pt2")
+    assert _outputs_as_exported(ComparedCall(package, program, [x], None, as_exported, eager))
+    # The package is the odd one out, or nothing differs.
+    assert not _outputs_as_exported(ComparedCall(package, program, [x], None, eager, as_exported))
+    assert not _outputs_as_exported(ComparedCall(package, program, [x], None, as_exported, as_exported))
 
 
 def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
@@ -216,7 +219,7 @@ def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
     finding.outputs_as_exported = False
     assert "the mismatch is in the comparison itself" in divergence(finding)
     # The record crosses the process boundary as JSON and comes back whole.
-    assert Finding.from_json(finding.to_json()) == finding
+    assert Finding.from_dict(finding.to_dict()) == finding
 
 
 class _Cond(torch.nn.Module):

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from torch.export import Dim  # noqa: E402
 
-from pytest_aoti.compiler import dim_names  # noqa: E402
+from pytest_aoti.dims import ExportCall, dim_names  # noqa: E402
 from pytest_aoti.errors import AOTIInvariantError  # noqa: E402
 from pytest_aoti.invariants import check_inputs, flatten_inputs, program_spec  # noqa: E402
 
@@ -95,7 +95,7 @@ def test_dynamic_dims_carry_the_users_names() -> None:
     shapes = {"x": {0: batch}, "y": {0: 2 * batch}}
     ep = torch.export.export(Pair(), args, dynamic_shapes=shapes)
     spec = program_spec(ep)
-    spec = program_spec(ep, dim_names(Pair(), args, {}, shapes, spec))
+    spec = program_spec(ep, dim_names(ExportCall(Pair(), args, {}, shapes), spec))
     with pytest.raises(AOTIInvariantError, match=r"dim 0 is batch, batch=17 outside \[2, 16\]"):
         check_inputs(spec, [torch.randn(17, 3), torch.randn(34, 3)], CPU)
     with pytest.raises(AOTIInvariantError, match=r"expected \(2\*batch, 3\), got \(9, 3\)"):

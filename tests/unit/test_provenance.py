@@ -94,7 +94,6 @@ def test_a_crash_between_kernels_names_the_next_calls_line(tmp_path: Path) -> No
         signal_name="SIGSEGV",
         seconds=1.0,
         log_path=tmp_path / "kernels.log",
-        phase_path=tmp_path / "kernels.phases",
         command=["python"],
         env_delta={},
         cwd=tmp_path,

@@ -9,9 +9,10 @@ import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun, _outcome
-from pytest_aoti.debug import Verdict, not_rerun_reason
+from pytest_aoti.debug import Verdict
 from pytest_aoti.errors import AOTICompileError, failure_kind
 from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
+from pytest_aoti.triage import not_rerun_reason
 
 
 def _run(
@@ -26,7 +27,6 @@ def _run(
         signal_name=signal_name,
         seconds=1.5,
         log_path=log_path,
-        phase_path=tmp_path / f"{stage}.phases",
         command=["python", "-u", "-m", "pytest", "tests"],
         env_delta={"PYTEST_AOTI_CHILD": stage, "PYTEST_AOTI_REPORT_FILE": "/x", "TMPDIR": "/y"},
         cwd=tmp_path,

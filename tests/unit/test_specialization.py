@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from pytest_aoti.compiler import compile_model, specialized_dims
+from pytest_aoti.compiler import compile_model
+from pytest_aoti.dims import ExportCall, specialized_dims
 from pytest_aoti.errors import AOTISpecializationError
 from pytest_aoti.invariants import program_spec
 
@@ -22,7 +23,7 @@ class ReadsWidth(torch.nn.Module):
 def _found(model: torch.nn.Module, x: torch.Tensor, dims: dict[int, object]) -> list[str]:
     shapes = {"x": dims}
     ep = torch.export.export(model, (x,), dynamic_shapes=shapes)
-    return specialized_dims(model, (x,), {}, shapes, program_spec(ep))
+    return specialized_dims(ExportCall(model, (x,), {}, shapes), program_spec(ep))
 
 
 def test_auto_made_static_by_the_model_is_named_with_its_cause() -> None:

@@ -60,7 +60,6 @@ class FakeLauncher:
                 signal_name=signal_name,
                 seconds=1.0,
                 log_path=log_path,
-                phase_path=self.tmp_path / "no-phase-file",
                 command=["python", "-m", "pytest"],
                 env_delta=env,
                 cwd=self.tmp_path,
@@ -174,8 +173,8 @@ def test_the_report_stream_is_named_events_and_an_unknown_one_is_an_error() -> N
         '{"event": "report", "data": {"nodeid": "t.py::te',  # cut short by a crash: skipped
     ]
     assert list(decode_events(lines)) == [(Event.REPORT, {"nodeid": "t.py::test"}), (Event.WARNING, {"message": "m"})]
-    with pytest.raises(ProtocolError, match="a child sent an unknown event 'phase'"):
-        list(decode_events(['{"event": "phase", "data": {}}']))
+    with pytest.raises(ProtocolError, match="a child sent an unknown event 'progress'"):
+        list(decode_events(['{"event": "progress", "data": {}}']))
 
 
 KERNELS_CRASH = ("crashed", "SIGABRT", "[ before_launch: k0 ]\n[ after_launch: k0 ]\n[ before_launch: k1 ]\n")
@@ -291,14 +290,14 @@ def test_stage_tensors_log_is_read_for_the_suspects_only(tmp_path: Path) -> None
     ],
 )
 def test_triage_reruns_only_what_a_rerun_can_explain(failure: str | None, reason: str | None) -> None:
-    from pytest_aoti.debug import not_rerun_reason
+    from pytest_aoti.triage import not_rerun_reason
 
     said = not_rerun_reason(failure, None)
     assert (said is None) if reason is None else (said is not None and reason in said), said
 
 
 def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_run(tmp_path: Path) -> None:
-    from pytest_aoti.debug import not_rerun_reason
+    from pytest_aoti.triage import not_rerun_reason
 
     assert "setup failed before it exported" in str(not_rerun_reason(None, None, setup_failed_before_aoti=True))
     timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1).wait()
@@ -306,9 +305,12 @@ def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_r
     assert "timed out after 5 s" in str(not_rerun_reason("other", timed_out))
 
 
-def test_a_numerics_finding_crosses_the_boundary_whole(tmp_path: Path) -> None:
-    from pytest_aoti.debug import read_finding
-    from pytest_aoti.protocol import NUMERICS_FINDING, Finding, KernelFinding
+def test_phases_and_a_numerics_finding_cross_the_boundary_in_the_event_stream(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    from pytest_aoti import phases
+    from pytest_aoti.child import read_stream
+    from pytest_aoti.protocol import Finding, KernelFinding, append_event
 
     kernel = KernelFinding(
         kernel="cpp_fused_mul_tanh_1",
@@ -323,10 +325,20 @@ def test_a_numerics_finding_crosses_the_boundary_whole(tmp_path: Path) -> None:
         inputs_matched=True,
     )
     finding = Finding(diverged=kernel, launches=3, compared=2, notes=["n"])
-    (tmp_path / NUMERICS_FINDING).write_text(finding.to_json())
-    assert read_finding(tmp_path) == finding
-    (tmp_path / NUMERICS_FINDING).write_text(finding.to_json()[:40])  # cut short by a crash
-    assert read_finding(tmp_path) is None
+    stream_file = tmp_path / "numerics.reports.jsonl"
+    phases.report_to(str(stream_file), to_stderr=False)  # what a child's session does
+    try:
+        phases.mark("export")
+        phases.mark("run", "/cache/model.pt2")
+    finally:
+        phases.report_to(None, to_stderr=False)
+        phases.forget()
+    append_event(str(stream_file), Event.FINDING, finding.to_dict())
+    with stream_file.open("a") as stream:
+        stream.write('{"event": "phase", "data": {"pha')  # a line cut short by a crash
+    streamed = read_stream(pytester.parseconfigure("-p", "no:cacheprovider"), stream_file)
+    assert streamed.phases == ["export", "run"]
+    assert streamed.finding == finding
 
 
 def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
@@ -347,12 +359,12 @@ def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
 def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_pytest(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    from pytest_aoti.child import _finish, _Launch
+    from pytest_aoti.child import _ChildSetup, _finish
 
     config = pytester.parseconfigure("-p", "no:cacheprovider")
     report_path = tmp_path / "reports.jsonl"
-    report_path.write_text('{"event": "phase", "data": {}}\n')
-    launch = _Launch(
+    report_path.write_text('{"event": "progress", "data": {}}\n')
+    launch = _ChildSetup(
         stage="isolate",
         attempt=1,
         nodeid="t.py::test",
@@ -362,12 +374,11 @@ def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_
         cwd=tmp_path,
         log_path=tmp_path / "isolate.log",
         report_path=report_path,
-        phase_path=tmp_path / "phase",
         tmpdir=tmp_path / "tmp",
     )
     run = _finish(config, launch, returncode=0, timed_out=False, seconds=1.0, timeout=60.0)
     assert run.outcome is Outcome.ERROR
     assert (
         run.describe()
-        == 'error: a child sent an unknown event \'phase\': \'{"event": "phase", "data": {}}\' (see its log)'
+        == 'error: a child sent an unknown event \'progress\': \'{"event": "progress", "data": {}}\' (see its log)'
     )
