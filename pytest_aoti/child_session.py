@@ -21,7 +21,7 @@ from pytest_aoti.child import write_report, write_warning
 from pytest_aoti.child_args import without_xdist_group
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.fixtures import DebugSinks, debug_sinks_key
-from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV
+from pytest_aoti.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
 
 
 class ChildSession:
@@ -30,12 +30,12 @@ class ChildSession:
         self.nodeid = without_xdist_group(nodeid)
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
-        if os.environ.get(CHILD_ENV) != "isolate":
+        if os.environ.get(CHILD_ENV) != Stage.ISOLATE:
             # A debug stage replays the failing example; an isolated test searches as it would in the parent.
             _replay_hypothesis_failures_only()
         # Where the core's phase marks go: the event stream, and a debug stage's log between the printer's kernel lines
         # (an isolated test's output is captured into its report, where the markers would be noise).
-        phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != "isolate")
+        phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != Stage.ISOLATE)
         # What the core's calls report to, in this child: the bundle (first debug stage) and numerics' captures.
         bundle_dir, numerics_dir = os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV)
         config.stash[debug_sinks_key] = DebugSinks(

@@ -35,6 +35,7 @@ from pytest_aoti.protocol import (
     Finding,
     MinifyResult,
     Outcome,
+    Stage,
 )
 from pytest_aoti.settings import DebugRequest
 from pytest_aoti.triage import Triage
@@ -106,7 +107,7 @@ class Verdict:
     def rerun_counts(self) -> tuple[int, int]:
         """(failed, run): the reruns of the test, each a fresh interpreter under a debug environment (the test's own
         failing run is not counted; neither is a sanitizer run, which is not the test as it ran)."""
-        runs = [run for run in self.stages if run.stage != "sanitizer"]
+        runs = [run for run in self.stages if run.stage != Stage.SANITIZER]
         return sum(run.reproduced for run in runs), len(runs)
 
     @property
@@ -213,7 +214,7 @@ class StagePipeline:
                 "is not one"
             )
             return
-        run = self.stage("numerics", numerics_env(self.workdir / "numerics", self.extra_env))
+        run = self.stage(Stage.NUMERICS, numerics_env(self.workdir / "numerics", self.extra_env))
         self.verdict.phase = run.phase
         self.verdict.numerics = run.finding
         if self.verdict.numerics is None and run.outcome is Outcome.FAILED:
@@ -224,7 +225,7 @@ class StagePipeline:
     def kernels(self, later_stages: bool) -> str:
         """Stage kernels; returns its log."""
         verdict = self.verdict
-        first = self.stage("kernels", kernels_env(self.extra_env))
+        first = self.stage(Stage.KERNELS, kernels_env(self.extra_env))
         log = first.log
         verdict.phase = first.phase
         verdict.died_in = kernel_log.died_in(log)
@@ -241,7 +242,7 @@ class StagePipeline:
     def start_tensors(self, kernels: tuple[str, ...]) -> Started:
         """Stage tensors, started beside stage kernels: printing ``kernels`` when the user named them, else every
         kernel (the suspects are not known yet)."""
-        return self.launch("tensors", tensors_env(kernels, self.extra_env), (), 1)
+        return self.launch(Stage.TENSORS, tensors_env(kernels, self.extra_env), (), 1)
 
     def tensors(self, suspects: tuple[str, ...], started: Started | None) -> None:
         """Stage tensors' stats of ``suspects``: from ``started`` when it ran beside stage kernels, else from a
@@ -251,7 +252,7 @@ class StagePipeline:
             second = started.wait()
             verdict.stages.append(second)
         else:
-            second = self.stage("tensors", tensors_env(suspects, self.extra_env))
+            second = self.stage(Stage.TENSORS, tensors_env(suspects, self.extra_env))
         log = second.log
         stats = [block for block in kernel_log.tensor_stats(log) if block.kernel in (None, *suspects)]
         verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
@@ -269,7 +270,7 @@ class StagePipeline:
                 "stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)"
             )
             return
-        run = self.stage("sanitizer", {**SANITIZER_ENV, **self.extra_env}, prefix=(tool, *SANITIZER_ARGS))
+        run = self.stage(Stage.SANITIZER, {**SANITIZER_ENV, **self.extra_env}, prefix=(tool, *SANITIZER_ARGS))
         self.verdict.sanitizer = kernel_log.sanitizer_error(run.log)
 
     def attach_bundle(self, source_root: Path, log: str) -> None:
@@ -314,7 +315,7 @@ def debug_rerun(
         nonfinite_failure=plan.nonfinite_failure,
         sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
     )
-    if "minify" in plan.stages and not pipeline.stopped:
+    if Stage.MINIFY in plan.stages and not pipeline.stopped:
         budget, cap = request.minify_budget, request.minify_max_candidates
         _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=plan.mismatch)
     pipeline.verdict.seconds = time.monotonic() - started
@@ -334,25 +335,29 @@ def run_stages(
     """Numerics, kernels, tensors and sanitizer, each when asked for and when what came before allows it; returns
     stage kernels' log (empty without it). Stage tensors runs beside stage kernels when both are asked for."""
     verdict = pipeline.verdict
-    if "numerics" in stages:
+    if Stage.NUMERICS in stages:
         pipeline.numerics(mismatch)
-    beside = pipeline.start_tensors(kernels) if "kernels" in stages and "tensors" in stages else None
+    beside = pipeline.start_tensors(kernels) if {Stage.KERNELS, Stage.TENSORS} <= set(stages) else None
     try:
-        log = pipeline.kernels(later_stages=len(stages) > 1) if "kernels" in stages else ""
+        log = pipeline.kernels(later_stages=len(stages) > 1) if Stage.KERNELS in stages else ""
         launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
         suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
         verdict.suspects = suspects
         reproduced = not verdict.stages or verdict.reproduced
         if beside is not None and not pipeline.stopped:
             pipeline.tensors(suspects, beside)
-        elif "tensors" in stages and suspects and reproduced and not pipeline.stopped:
+        elif Stage.TENSORS in stages and suspects and reproduced and not pipeline.stopped:
             pipeline.tensors(suspects, None)
     finally:
         if beside is not None:
             beside.discard()  # stage kernels timed out (it would hang the same way), or this process is stopping
     reproduced = not verdict.stages or verdict.reproduced
     cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
-    if ("sanitizer" in stages or (sanitizer_on_cuda_error and cuda_failure)) and reproduced and not pipeline.stopped:
+    if (
+        (Stage.SANITIZER in stages or (sanitizer_on_cuda_error and cuda_failure))
+        and reproduced
+        and not pipeline.stopped
+    ):
         pipeline.sanitizer()
     return log
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from pytest_aoti.protocol import FailureKind
+
 Invariant = Literal[
     "input_structure",
     "input_value",
@@ -109,29 +111,6 @@ class AOTIDeployError(AssertionError):
     package is deployed: it does not run in a fresh interpreter, or not from several threads."""
 
 
-# What the parent does with a failure depends on its kind: one the package never saw is not rerun.
-FailureKind = Literal[
-    "input_invariant",
-    "output_nonfinite",
-    "output_invariant",
-    "mismatch",
-    "random_mismatch",
-    # The package's outputs differ from golden outputs recorded earlier (eager agreed with the package, or was not
-    # asked): what changed is the environment or the model, not a kernel a debug rerun could point at.
-    "snapshot",
-    # A deployment check: what a deployment lacks, or a concurrency failure, told by the check itself.
-    "deploy",
-    # A benchmark slower than its baseline: a rerun under the debug environment would time nothing useful.
-    "benchmark",
-    "export",
-    "compile",
-    # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where the
-    # error escapes C++, as it does under the debug stages' CUDA_LAUNCH_BLOCKING.
-    "package_error",
-    "other",
-]
-
-
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|device-side assert|cudaError", re.IGNORECASE)
 _NAN_ASSERT = re.compile(r"At least one (NaN|INF|Inf) in \S+")
 # AOTI's wrapper around a failed run: "run_func_( container_handle_, ...) API call failed at ...model_container_runner"
@@ -142,23 +121,28 @@ def failure_kind(error: BaseException) -> FailureKind:
     """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more. The
     fixtures turn export and compile errors into pytest failures that carry the kind (``aoti_failure_kind``)."""
     carried = getattr(error, "aoti_failure_kind", None)
-    if carried in ("export", "compile", "benchmark"):
-        return carried
+    if carried in (FailureKind.EXPORT, FailureKind.COMPILE, FailureKind.BENCHMARK):
+        return FailureKind(carried)
     if isinstance(error, AOTIInvariantError):
         if error.side == "input":
-            return "input_invariant"
-        return "output_nonfinite" if error.invariant == "output_nonfinite" else "output_invariant"
+            return FailureKind.INPUT_INVARIANT
+        nonfinite = error.invariant == "output_nonfinite"
+        return FailureKind.OUTPUT_NONFINITE if nonfinite else FailureKind.OUTPUT_INVARIANT
     if isinstance(error, AOTIMismatchError):
-        return "random_mismatch" if error.random_ops else "mismatch"
-    if isinstance(error, AOTISnapshotError):
-        return "snapshot"
-    if isinstance(error, AOTIDeployError):
-        return "deploy"
-    if isinstance(error, AOTIExportError):
-        return "export"
+        return FailureKind.RANDOM_MISMATCH if error.random_ops else FailureKind.MISMATCH
+    for kind, errors in _KIND_OF_ERROR.items():
+        if isinstance(error, errors):
+            return kind
     if isinstance(error, AOTICompileError):
         # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
-        return "package_error" if _CUDA_ERROR.search(str(error)) else "compile"
+        return FailureKind.PACKAGE_ERROR if _CUDA_ERROR.search(str(error)) else FailureKind.COMPILE
     if _NAN_ASSERT.search(str(error)):  # TORCHINDUCTOR_NAN_ASSERTS (debug stages): a NaN/Inf made inside
-        return "output_nonfinite"
-    return "package_error" if _PACKAGE_ERROR.search(str(error)) else "other"
+        return FailureKind.OUTPUT_NONFINITE
+    return FailureKind.PACKAGE_ERROR if _PACKAGE_ERROR.search(str(error)) else FailureKind.OTHER
+
+
+_KIND_OF_ERROR: dict[FailureKind, type[BaseException]] = {
+    FailureKind.SNAPSHOT: AOTISnapshotError,
+    FailureKind.DEPLOY: AOTIDeployError,
+    FailureKind.EXPORT: AOTIExportError,
+}

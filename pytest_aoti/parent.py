@@ -26,6 +26,7 @@ from pytest_aoti.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
+from pytest_aoti.protocol import Stage
 from pytest_aoti.reporting import (
     SECTION_TITLE,
     isolated_reports,
@@ -138,7 +139,7 @@ class ParentSession:
             self.config,
             item.nodeid,
             test_path=item.path,
-            stage="isolate",
+            stage=Stage.ISOLATE,
             env={},
             timeout=resolved.isolate_timeout,
             workdir=_workdir(self.config, item.nodeid),

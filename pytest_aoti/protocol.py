@@ -33,7 +33,53 @@ NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.minify found
 
 
-class Outcome(str, enum.Enum):
+class Name(str, enum.Enum):
+    """A name that is its string everywhere: compared, hashed, formatted and serialized as its value, on both sides
+    of the boundary and in JUnit properties (``enum.StrEnum``, which Python 3.10 lacks)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+class Stage(Name):
+    """Which child a child is (``CHILD_ENV``): the test run alone, or a debug stage."""
+
+    ISOLATE = "isolate"
+    KERNELS = "kernels"  # printer mode 3, NaN asserts, launch-blocking: where it died
+    TENSORS = "tensors"  # printer mode 2: the suspects' tensors
+    SANITIZER = "sanitizer"  # compute-sanitizer memcheck
+    NUMERICS = "numerics"  # printer mode 1 and eager side by side: the first divergent kernel
+    MINIFY = "minify"  # the smallest graph that still fails (its own process, not a test's child)
+
+
+class FailureKind(Name):
+    """What kind of failure a test had (``errors.failure_kind``); triage decides from it whether a debug rerun can
+    tell more (``triage.py``)."""
+
+    INPUT_INVARIANT = "input_invariant"
+    OUTPUT_NONFINITE = "output_nonfinite"
+    OUTPUT_INVARIANT = "output_invariant"
+    MISMATCH = "mismatch"
+    RANDOM_MISMATCH = "random_mismatch"
+    # The package's outputs differ from golden outputs recorded earlier (eager agreed with the package, or was not
+    # asked): what changed is the environment or the model, not a kernel a debug rerun could point at.
+    SNAPSHOT = "snapshot"
+    # A deployment check: what a deployment lacks, or a concurrency failure, told by the check itself.
+    DEPLOY = "deploy"
+    # A benchmark slower than its baseline: a rerun under the debug environment would time nothing useful.
+    BENCHMARK = "benchmark"
+    EXPORT = "export"
+    COMPILE = "compile"
+    # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where
+    # the error escapes C++, as it does under the debug stages' CUDA_LAUNCH_BLOCKING.
+    PACKAGE_ERROR = "package_error"
+    OTHER = "other"
+
+
+class Outcome(Name):
     """How a child's run of the test ended."""
 
     PASSED = "passed"
@@ -42,9 +88,6 @@ class Outcome(str, enum.Enum):
     CRASHED = "crashed"  # killed by a signal
     TIMED_OUT = "timed out"
     ERROR = "error"  # ended without reporting the test's result
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Event(str, enum.Enum):

@@ -10,7 +10,7 @@ import pytest
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
-from pytest_aoti.protocol import Finding, KernelFinding, MinifyResult, Outcome
+from pytest_aoti.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -225,9 +225,9 @@ def _failure_text(kind: str) -> str:
 
 def _stage_line(run: ChildRun) -> str:
     printer = run.env_delta.get(PRINTER_ENV)
-    what = "compute-sanitizer memcheck" if run.stage == "sanitizer" else f"printer={printer}"
-    what += ", provenance tracking" if run.stage == "numerics" else ""
-    if run.stage == "tensors":
+    what = "compute-sanitizer memcheck" if run.stage == Stage.SANITIZER else f"printer={printer}"
+    what += ", provenance tracking" if run.stage == Stage.NUMERICS else ""
+    if run.stage == Stage.TENSORS:
         # Beside stage kernels it prints every kernel, and its log is read for the suspects.
         what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ", every kernel"
     return f"stage {run.label} ({what}): {run.describe()} [{run.seconds:.1f} s]"
@@ -253,7 +253,7 @@ def section_text(verdict: Verdict) -> str:
         lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
     elif verdict.last_completed:
         lines.append(f"last completed kernel: {verdict.last_completed}")
-    if verdict.suspects and any(run.stage == "tensors" for run in verdict.stages):
+    if verdict.suspects and any(run.stage == Stage.TENSORS for run in verdict.stages):
         lines.append(f"suspects (read in stage tensors' log): {', '.join(verdict.suspects)}")
     lines += [f"bad input: {fact}" for fact in bad_values(verdict)]
     if verdict.suspect_inputs:

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_aoti.cache import default_cache_dir
 from pytest_aoti.minify import DEFAULT_MINIFY_BUDGET
+from pytest_aoti.protocol import Stage
 
 DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
@@ -80,7 +81,7 @@ MAX_MINIFY_BUDGET = 7 * 24 * 3600.0
 DEFAULT_CACHE_MAX_MB = 2048
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
-STAGES = ("kernels", "tensors", "sanitizer", "numerics", "minify")
+STAGES = tuple(str(stage) for stage in Stage if stage is not Stage.ISOLATE)  # what aoti_ima(stages=) takes
 
 
 class CrashGuard(enum.Enum):

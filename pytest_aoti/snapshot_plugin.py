@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.protocol import CHILD_ENV
+from pytest_aoti.protocol import CHILD_ENV, Stage
 from pytest_aoti.settings import settings_key
 from pytest_aoti.snapshot_files import golden_files, snapshot_path
 
@@ -37,7 +37,7 @@ def goldens_of(item: pytest.Item) -> GoldenOutputs:
         from pytest_aoti.snapshots import GoldenOutputs
 
         settings = item.config.stash[settings_key]
-        debug_rerun = os.environ.get(CHILD_ENV, "") not in ("", "isolate")
+        debug_rerun = os.environ.get(CHILD_ENV, "") not in ("", Stage.ISOLATE)
         item.stash[goldens_key] = GoldenOutputs(
             path=snapshot_path(item.path, _test_id(item.nodeid)),
             missing="skip" if debug_rerun else settings.snapshot_missing,  # type: ignore[arg-type]

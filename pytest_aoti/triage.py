@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_aoti.protocol import Outcome
+from pytest_aoti.protocol import FailureKind, Outcome, Stage
 
 if TYPE_CHECKING:
     from pytest_aoti.child import ChildRun
@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 # Without stages=, the failure picks them: a package-vs-eager mismatch gets ``numerics`` (which kernel diverged), any
 # other failure ``kernels`` and ``tensors`` (where it crashed, which tensor went bad).
-DEFAULT_STAGES = ("kernels", "tensors")
-MISMATCH_STAGES = ("numerics",)
+DEFAULT_STAGES = (Stage.KERNELS, Stage.TENSORS)
+MISMATCH_STAGES = (Stage.NUMERICS,)
 
 
 @dataclass(frozen=True)
@@ -29,19 +29,29 @@ class Triage:
 
 
 # Failure kinds (errors.failure_kind) a debug rerun cannot explain, and why.
-_NOT_WORTH_A_RERUN = {
-    "input_invariant": "the failure is an input check raised before the package ran; a debug rerun cannot tell more",
-    "export": "torch.export rejected the model: no package was built, so a debug rerun cannot tell more",
+_NOT_WORTH_A_RERUN: dict[FailureKind, str] = {
+    FailureKind.INPUT_INVARIANT: (
+        "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
+    ),
+    FailureKind.EXPORT: "torch.export rejected the model: no package was built, so a debug rerun cannot tell more",
     # An exception, not a crash: a compile that crashes (a Triton autotune run reading out of bounds) ends its
     # process, and that failure is debugged as a crash.
-    "compile": "the package failed to compile or load with an error; recompiling under the debug environment would "
-    "fail the same way",
-    "random_mismatch": "the graph draws random numbers, which the package and eager draw differently: a debug rerun "
-    "cannot tell a wrong kernel from different draws",
-    "benchmark": "a benchmark slower than its baseline: the debug environment would only slow it further",
-    "deploy": "a deployment check failed, and its report says what the deployment lacks or which thread differed",
-    "snapshot": "the outputs differ from golden outputs recorded earlier, or none may be recorded: a debug rerun "
-    "compares kernels with eager, which is not what changed (see the report's environment diff)",
+    FailureKind.COMPILE: (
+        "the package failed to compile or load with an error; recompiling under the debug environment would fail "
+        "the same way"
+    ),
+    FailureKind.RANDOM_MISMATCH: (
+        "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot tell a "
+        "wrong kernel from different draws"
+    ),
+    FailureKind.BENCHMARK: "a benchmark slower than its baseline: the debug environment would only slow it further",
+    FailureKind.DEPLOY: (
+        "a deployment check failed, and its report says what the deployment lacks or which thread differed"
+    ),
+    FailureKind.SNAPSHOT: (
+        "the outputs differ from golden outputs recorded earlier, or none may be recorded: a debug rerun compares "
+        "kernels with eager, which is not what changed (see the report's environment diff)"
+    ),
 }
 
 
@@ -55,8 +65,8 @@ def not_rerun_reason(
     ran before the test reached pytest-aoti (no export, compile, load or call yet) is not pytest-aoti's to debug: a
     suite's broken data fixture must not cost a child per test. An isolated run that timed out would time out the
     same way in every stage. A graph that draws random numbers cannot match eager whatever the kernels do."""
-    if failure_kind is not None and failure_kind in _NOT_WORTH_A_RERUN:
-        return _NOT_WORTH_A_RERUN[failure_kind]
+    if failure_kind in _NOT_WORTH_A_RERUN:  # a kind from a report that crossed xdist is a plain str: same hash
+        return _NOT_WORTH_A_RERUN[FailureKind(failure_kind)]
     if setup_failed_before_aoti:
         return (
             "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "
@@ -74,8 +84,8 @@ def stages_for(request: DebugRequest, failure: str | None) -> tuple[str, ...]:
     """The marker's stages, else those the failure's kind calls for; stage minify too under ``--aoti-minify``."""
     stages = request.stages
     if stages is None:
-        stages = MISMATCH_STAGES if failure == "mismatch" else DEFAULT_STAGES
-    return (*stages, "minify") if request.minify and "minify" not in stages else stages
+        stages = MISMATCH_STAGES if failure == FailureKind.MISMATCH else DEFAULT_STAGES
+    return (*stages, Stage.MINIFY) if request.minify and Stage.MINIFY not in stages else stages
 
 
 def triage(
@@ -93,5 +103,5 @@ def triage(
     )
     if reason is not None:
         return Triage(reason)
-    mismatch, nonfinite = failure == "mismatch", failure == "output_nonfinite"
+    mismatch, nonfinite = failure == FailureKind.MISMATCH, failure == FailureKind.OUTPUT_NONFINITE
     return Triage(None, stages_for(request, failure), mismatch=mismatch, nonfinite_failure=nonfinite)

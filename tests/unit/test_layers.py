@@ -37,7 +37,9 @@ def test_the_core_loads_neither_pytest_nor_the_debug_orchestration(core: str) ->
     assert not loaded & set(ORCHESTRATION), sorted(loaded & set(ORCHESTRATION))
 
 
-@pytest.mark.parametrize("light", ["pytest_aoti.protocol", "pytest_aoti.processes", "pytest_aoti.devices"])
+@pytest.mark.parametrize(
+    "light", ["pytest_aoti.protocol", "pytest_aoti.processes", "pytest_aoti.devices", "pytest_aoti.triage"]
+)
 def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
     loaded = _loaded_after(light)
     assert not {"torch", "pytest", "_pytest"} & loaded
