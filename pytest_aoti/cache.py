@@ -141,9 +141,9 @@ def custom_op_names(ep: ExportedProgram) -> list[str]:
 def custom_op_function(op_name: str) -> Any:
     """The user's Python function behind a custom op (``torch.library.custom_op`` or ``triton_op``), or None.
     ``triton_op`` registers a torch-internal closure around it: unwrap that."""
-    from torch._library.custom_ops import OPDEFS
+    from pytest_aoti.torch_private import custom_op_definition
 
-    function = getattr(OPDEFS.get(op_name), "_init_fn", None)
+    function = getattr(custom_op_definition(op_name), "_init_fn", None)
     while function is not None and getattr(function, "__module__", "").startswith("torch."):
         inner = [
             cell.cell_contents
@@ -158,11 +158,9 @@ def _triton_op_text(op_name: str) -> list[str]:
     """For a ``triton_op`` (which export keeps as one opaque custom-op call, and Inductor traces into at compile time):
     its Python body and every Triton kernel it launches. Nothing for other custom ops: their bodies run at call
     time, so an edit cannot make a package stale."""
-    try:
-        from torch._library.triton import get_triton_kernels_for_op
-    except ImportError:  # a torch without triton_op
-        return []
-    kernels = get_triton_kernels_for_op(op_name)
+    from pytest_aoti.torch_private import triton_kernels_for_op
+
+    kernels = triton_kernels_for_op(op_name)
     if not kernels:
         return []
     body = custom_op_function(op_name)
@@ -180,8 +178,9 @@ def triton_kernels_text(ep: ExportedProgram) -> str:
     texts: list[str] = []
     for node in ep.graph.nodes:
         if node.op == "call_function" and "triton_kernel_wrapper" in str(node.target):
-            from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+            from pytest_aoti.torch_private import triton_kernel_side_table
 
+            kernel_side_table = triton_kernel_side_table()
             texts.append(_triton_kernel_text(kernel_side_table.get_kernel(node.kwargs.get("kernel_idx"))))
             constant_idx = node.kwargs.get("constant_args_idx")
             if constant_idx is not None:
@@ -200,9 +199,9 @@ _CONFIG_WRITTEN_BY_COMPILES = ("aot_inductor.metadata",)
 def inductor_config_text() -> str:
     """Inductor's config as codegen sees it, Inductor's own portable snapshot (what its FX graph cache keys on,
     without settings that change no artifact): catches ``torch._inductor.config.x = ...`` and ``config.patch``."""
-    import torch._inductor.config as inductor_config  # torch.export has imported it already
+    from pytest_aoti.torch_private import inductor_config_snapshot
 
-    snapshot = inductor_config.save_config_portable()
+    snapshot = inductor_config_snapshot()
     return repr(sorted((k, repr(v)) for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES))
 
 

@@ -39,11 +39,14 @@ from pytest_aoti.invariants import (
     flatten_inputs,
     program_spec,
 )
-
-try:  # torch >= 2.8
-    from torch.export.pt2_archive._package import AOTICompiledModel
-except ImportError:  # earlier releases kept the package code in Inductor
-    from torch._inductor.package.package import AOTICompiledModel
+from pytest_aoti.torch_private import (
+    AOTICompiledModel,
+    OpOverload,
+    inductor_config_defaults,
+    inductor_load_package,
+    package_loader,
+    package_metadata,
+)
 
 _LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
 
@@ -108,7 +111,7 @@ def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
         return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
     if not isinstance(configs, dict):
         raise TypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
-    known = torch._inductor.config.get_config_copy()
+    known = inductor_config_defaults()
     for key in configs:
         if key not in known:
             close = difflib.get_close_matches(str(key), list(known), n=1)
@@ -379,8 +382,7 @@ def package_device_problem(path: Path, device: torch.device) -> str | None:
     import sys
 
     try:
-        loader = torch._C._aoti.AOTIModelPackageLoader
-        metadata = loader.load_metadata_from_package(str(path), "model")  # type: ignore[attr-defined]
+        metadata = package_metadata(str(path))
     except Exception:  # an older or unusual package: the loader itself says what is wrong with it
         return None
     built_for = metadata.get("AOTI_DEVICE_KEY", "")
@@ -413,14 +415,9 @@ def _load_package(path: Path, device: torch.device, num_runners: int = 1, run_si
     try:
         # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
         # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
-        loader = torch._C._aoti.AOTIModelPackageLoader(
-            str(path), "model", run_single_threaded, num_runners, device_index
-        )
-        runner = AOTICompiledModel(loader)
+        runner = AOTICompiledModel(package_loader(str(path), run_single_threaded, num_runners, device_index))
     except RuntimeError:
         try:
-            from torch._inductor.package import load_package as inductor_load_package
-
             runner = inductor_load_package(
                 str(path),
                 run_single_threaded=run_single_threaded,
@@ -709,7 +706,7 @@ def _random_ops(program: ExportedProgram) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for node in program.graph.nodes:
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        if node.op != "call_function" or not isinstance(target, OpOverload):
             continue
         if torch.Tag.nondeterministic_seeded not in target.tags or not _draws(node, target):
             continue
@@ -719,7 +716,7 @@ def _random_ops(program: ExportedProgram) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _draws(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
+def _draws(node: torch.fx.Node, target: OpOverload) -> bool:
     """Whether a seeded op really draws: a dropout exported in eval mode (``train=False``) or with ``p=0`` stays in
     the graph, tagged, and returns its input."""
     if not target._schema.name.endswith("dropout"):

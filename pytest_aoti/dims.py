@@ -11,6 +11,7 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.errors import AOTISpecializationError
 from pytest_aoti.invariants import ProgramSpec, TensorSpec
+from pytest_aoti.torch_private import combine_args, dim_hint_name, is_derived_dim, is_static_hint, tree_map_with_path
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,12 @@ class ExportCall:
         walk does not know."""
         if not self.dynamic_shapes:
             return []
-        from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
-
         dims_of: dict[int, Any] = {}
         try:
-            combined: Any = _combine_args(self.module, self.args, self.kwargs)
+            combined: Any = combine_args(self.module, self.args, self.kwargs)
             if isinstance(self.dynamic_shapes, tuple | list):
                 combined = type(self.dynamic_shapes)(combined.values())
-            _tree_map_with_path(
+            tree_map_with_path(
                 lambda path, value, dims: (
                     dims_of.__setitem__(id(value), dims) if isinstance(value, torch.Tensor) else None
                 ),
@@ -59,33 +58,30 @@ class ExportCall:
 def dim_names(call: ExportCall, spec: ProgramSpec) -> dict[Any, str]:
     """The user's ``Dim`` name for each of torch's dynamic-dim symbols (``s77`` -> ``batch``), so that shape errors
     speak the user's language. Empty where the mapping cannot be made."""
-    from torch.export.dynamic_shapes import Dim, _DerivedDim
+    from torch.export.dynamic_shapes import Dim
 
     names: dict[Any, str] = {}
     for tensor_spec, axis, dim, _ in call.requested_dims(spec):
         symbols: set[Any] = getattr(tensor_spec.shape[axis], "free_symbols", set())
         if isinstance(dim, Dim) and len(symbols) == 1:
-            root = dim.root if isinstance(dim, _DerivedDim) else dim
+            root = getattr(dim, "root", dim) if is_derived_dim(dim) else dim
             names.setdefault(next(iter(symbols)), root.__name__)
     return names
 
 
 def _dim_label(dim: Any) -> str:
-    from torch.export.dynamic_shapes import _DimHint
-
-    if isinstance(dim, _DimHint):
-        return f"Dim.{dim.type.name}"
+    hint = dim_hint_name(dim)
+    if hint is not None:
+        return f"Dim.{hint}"
     return f"Dim({getattr(dim, '__name__', str(dim))!r})"
 
 
 def specialized_dims(call: ExportCall, spec: ProgramSpec) -> list[str]:
     """Each dim requested dynamic that export fixed to a number (``Dim.AUTO`` does it silently): the package then
     accepts only the example's size, and traffic of other sizes fails where it is deployed."""
-    from torch.export.dynamic_shapes import _DimHint, _DimHintType
-
     found = []
     for tensor_spec, axis, dim, example in call.requested_dims(spec):
-        if isinstance(dim, _DimHint) and dim.type == _DimHintType.STATIC:
+        if is_static_hint(dim):
             continue
         exported = tensor_spec.shape[axis]
         if not isinstance(exported, int):

@@ -77,9 +77,9 @@ def _bound(value: Any) -> int | None:
     """A range bound as an int, or None when unbounded. Export's size ranges hold torch's ``int_oo`` for a dim
     without a ``max`` (``Dim("batch")``, ``Dim.DYNAMIC``, ``Dim.AUTO``), and ``int_oo.is_finite`` is True: it is
     a sympy Number that ``int()`` cannot convert, so test what it is rather than what it claims."""
-    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+    from pytest_aoti.torch_private import is_infinite_int
 
-    if isinstance(value, IntInfinity | NegativeIntInfinity) or not getattr(value, "is_finite", False):
+    if is_infinite_int(value) or not getattr(value, "is_finite", False):
         return None
     return int(value)
 

@@ -85,10 +85,9 @@ def serve_judges() -> int:
     stdin. For each, print the judge's pid, then its exit status (negative: the signal that ended it). A judge dies
     with the server, and the server with the minify process that started it."""
     die_with_parent()
-    # What every judge's compile imports: done once, here.
-    import torch._inductor.codegen.cpp_wrapper_cpu
-    import torch._inductor.compile_fx
-    import torch._inductor.package  # noqa: F401
+    from pytest_aoti.torch_private import import_what_compiles_import
+
+    import_what_compiles_import()  # once, here, for every judge
 
     for line in sys.stdin:
         candidate = Path(line.strip())
@@ -339,7 +338,9 @@ class Search:
 
 
 def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = None) -> MinifyResult:
-    import torch._functorch.fx_minifier as fx_minifier
+    from pytest_aoti.torch_private import fx_minifier as functorch_minifier
+
+    fx_minifier = functorch_minifier()
 
     started = time.monotonic()
     _import_custom_ops(bundle)
@@ -365,7 +366,7 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
                     stderr=subprocess.STDOUT,
                     timeout=max(budget, 60.0),
                 )
-            fx_minifier.ConcreteProp = _saved_values_prop(values)  # type: ignore[misc]
+            fx_minifier.ConcreteProp = _saved_values_prop(values)
         smallest = _search(search, flat_module, flat_inputs, result)
     finally:
         if search.server is not None:
@@ -385,7 +386,9 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
 def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: MinifyResult) -> tuple[Any, Any] | None:
     """Run the minifier with ``search`` judging candidates: its result, or, when the budget or an error of its own
     ends it, the smallest failing candidate judged so far (None if none failed)."""
-    import torch._functorch.fx_minifier as fx_minifier
+    from pytest_aoti.torch_private import fx_minifier as functorch_minifier
+
+    fx_minifier = functorch_minifier()
 
     try:
         return fx_minifier.minifier(

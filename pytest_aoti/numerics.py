@@ -36,13 +36,11 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch._ops import HigherOrderOperator
 from torch.export import ExportedProgram
-from torch.testing._comparison import default_tolerances
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_aoti.compiler import ComparedCall
 from pytest_aoti.protocol import Event, Finding, KernelFinding, append_event
+from pytest_aoti.torch_private import HigherOrderOperator, TorchDispatchMode, default_tolerances
 
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
 _SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')

@@ -48,9 +48,9 @@ def device_class(value: Any) -> str:
 @functools.cache
 def _compiler() -> str:
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
+        from pytest_aoti.torch_private import cpp_compiler
 
-        compiler = get_cpp_compiler()
+        compiler = cpp_compiler()
         first = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
         return first.splitlines()[0].strip() if first else compiler
     except Exception as error:  # private API or no compiler: say so rather than fail a test over a record
@@ -105,7 +105,7 @@ def environment_diff(recorded: dict[str, str], now: dict[str, str]) -> list[str]
 def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """``(rtol, atol)`` as ``torch.testing.assert_close`` picks them for ``dtype``; exact for other dtypes."""
     try:
-        from torch.testing._comparison import default_tolerances
+        from pytest_aoti.torch_private import default_tolerances
 
         rtol, atol = default_tolerances(dtype)
         return float(rtol), float(atol)

@@ -85,3 +85,31 @@ def test_the_package_has_no_import_cycle() -> None:
         return False
 
     assert not [module for module in imports if reaches(module, module, {module})]
+
+
+# Documented entry points despite their underscore: AOTI's own API (PyTorch's AOTInductor docs call these) and pytree.
+_PUBLIC_UNDERSCORED = ("torch._inductor.aoti_compile_and_package", "torch._inductor.aoti_load_package", "_pytree")
+
+
+def test_private_torch_apis_are_reached_only_through_torch_private() -> None:
+    """Every undocumented torch internal the package uses sits behind ``pytest_aoti.torch_private``, with its
+    version guard: one file to change when a torch release moves one."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).parents[2] / "pytest_aoti"
+    dotted = re.compile(r"\btorch(?:\.\w+)+")
+    found = []
+    for path in sorted(package.glob("*.py")):
+        if path.name == "torch_private.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if code.strip().startswith(("``", '"""')) or "``" in code:
+                continue  # prose in a docstring
+            for match in dotted.finditer(code):
+                name = match.group(0)
+                underscored = any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+                if underscored and not any(allowed in name for allowed in _PUBLIC_UNDERSCORED):
+                    found.append(f"{path.name}:{number}: {name}")
+    assert not found, found

@@ -1,0 +1,182 @@
+"""Every private torch API pytest-aoti uses, each behind one name here with its version guard. When a torch release
+moves or drops one, this is the file to change. Checked on torch 2.11 (the GPU machine) and 2.13 (CI).
+
+Imports that cost time (Inductor: ~1.5 s) happen inside the functions, when they are called, never at import: a warm
+cached run loads packages without importing Inductor at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._ops import HigherOrderOperator, OpOverload
+from torch.utils._python_dispatch import TorchDispatchMode
+
+try:  # torch >= 2.8
+    from torch.export.pt2_archive._package import AOTICompiledModel
+except ImportError:  # earlier releases kept the package code in Inductor
+    from torch._inductor.package.package import AOTICompiledModel
+
+__all__ = [
+    "AOTICompiledModel",
+    "HigherOrderOperator",
+    "OpOverload",
+    "TorchDispatchMode",
+    "combine_args",
+    "cpp_compiler",
+    "custom_op_definition",
+    "default_tolerances",
+    "dim_hint_name",
+    "fx_minifier",
+    "import_what_compiles_import",
+    "inductor_config_defaults",
+    "inductor_config_snapshot",
+    "inductor_load_package",
+    "is_derived_dim",
+    "is_infinite_int",
+    "is_static_hint",
+    "package_loader",
+    "package_metadata",
+    "tree_map_with_path",
+    "triton_kernel_side_table",
+    "triton_kernels_for_op",
+]
+
+
+# -- AOTI packages ------------------------------------------------------------------------------------------------
+
+
+def package_loader(path: str, run_single_threaded: bool, num_runners: int, device_index: int) -> Any:
+    """The C++ package loader ``aoti_load_package`` ends up in, without importing Inductor."""
+    return torch._C._aoti.AOTIModelPackageLoader(path, "model", run_single_threaded, num_runners, device_index)
+
+
+def package_metadata(path: str) -> dict[str, str]:
+    """The metadata AOTI recorded at compile time (platform, ISA, device, compute capability); raises on a package
+    the loader cannot read."""
+    loader = torch._C._aoti.AOTIModelPackageLoader
+    return dict(loader.load_metadata_from_package(path, "model"))  # type: ignore[attr-defined]
+
+
+def inductor_load_package(path: str, *, run_single_threaded: bool, num_runners: int, device_index: int) -> Any:
+    """``aoti_load_package``'s own loader, for what :func:`package_loader` cannot load."""
+    from torch._inductor.package import load_package
+
+    return load_package(
+        path, run_single_threaded=run_single_threaded, num_runners=num_runners, device_index=device_index
+    )
+
+
+def import_what_compiles_import() -> None:
+    """Import the Inductor modules every AOTI compile imports (a process that forks compiles does it once)."""
+    import torch._inductor.codegen.cpp_wrapper_cpu
+    import torch._inductor.compile_fx
+    import torch._inductor.package  # noqa: F401
+
+
+def inductor_config_snapshot() -> dict[str, Any]:
+    """Inductor's config as codegen sees it: its own portable snapshot, what its FX graph cache keys on (torch.export
+    has imported the config already)."""
+    import torch._inductor.config as inductor_config
+
+    return dict(inductor_config.save_config_portable())
+
+
+def inductor_config_defaults() -> dict[str, Any]:
+    """Every Inductor config key with its value (importing the config costs ~1.6 s when torch.export has not)."""
+    import torch._inductor.config as inductor_config
+
+    return dict(inductor_config.get_config_copy())
+
+
+def cpp_compiler() -> str:
+    """The C++ compiler Inductor builds packages with."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return str(get_cpp_compiler())
+
+
+# -- custom ops and user Triton kernels -------------------------------------------------------------------------------
+
+
+def custom_op_definition(op_name: str) -> Any:
+    """The ``torch.library.custom_op`` definition registered under ``op_name`` (``ns::name``), or None."""
+    from torch._library.custom_ops import OPDEFS
+
+    return OPDEFS.get(op_name)
+
+
+def triton_kernels_for_op(op_name: str) -> list[Any]:
+    """The Triton kernels a ``triton_op`` launches; none on a torch without ``triton_op``."""
+    try:
+        from torch._library.triton import get_triton_kernels_for_op
+    except ImportError:
+        return []
+    return list(get_triton_kernels_for_op(op_name) or ())
+
+
+def triton_kernel_side_table() -> Any:
+    """Where export keeps the user Triton kernels a graph calls through Triton's wrapper op (by ``kernel_idx``)."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    return kernel_side_table
+
+
+# -- torch.export's dynamic shapes ------------------------------------------------------------------------------------
+
+
+def combine_args(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``args``/``kwargs`` bound to ``module.forward``'s parameters, as export matches ``dynamic_shapes`` to them."""
+    from torch.export.dynamic_shapes import _combine_args
+
+    return _combine_args(module, args, kwargs)
+
+
+def tree_map_with_path(function: Any, tree: Any, dynamic_shapes: Any) -> Any:
+    """Export's walk of inputs and ``dynamic_shapes`` together."""
+    from torch.export.dynamic_shapes import _tree_map_with_path
+
+    return _tree_map_with_path(function, tree, dynamic_shapes)
+
+
+def is_derived_dim(dim: Any) -> bool:
+    from torch.export.dynamic_shapes import _DerivedDim
+
+    return isinstance(dim, _DerivedDim)
+
+
+def dim_hint_name(dim: Any) -> str | None:
+    """``AUTO``, ``DYNAMIC`` or ``STATIC`` for a ``Dim.AUTO``-style hint, None for anything else."""
+    from torch.export.dynamic_shapes import _DimHint
+
+    return str(dim.type.name) if isinstance(dim, _DimHint) else None
+
+
+def is_static_hint(dim: Any) -> bool:
+    return dim_hint_name(dim) == "STATIC"
+
+
+def is_infinite_int(value: Any) -> bool:
+    """Whether a symbolic bound is sympy's integer infinity (an unbounded dim's max)."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+
+    return isinstance(value, IntInfinity | NegativeIntInfinity)
+
+
+# -- comparison and the minifier ----------------------------------------------------------------------------------
+
+
+def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
+    """``torch.testing.assert_close``'s (rtol, atol) for ``dtype``."""
+    from torch.testing._comparison import default_tolerances as tolerances
+
+    rtol, atol = tolerances(dtype)
+    return float(rtol), float(atol)
+
+
+def fx_minifier() -> Any:
+    """The module of functorch's graph minifier (``minifier``, ``ConcreteProp``)."""
+    import torch._functorch.fx_minifier as module
+
+    return module
