@@ -68,7 +68,8 @@ class ChildSession:
         report = yield
         if call.excinfo is not None:
             # What kind of failure this was travels with the report: the parent triages debug reruns by it.
-            report.aoti_failure_kind = failure_kind(call.excinfo.value)  # type: ignore[attr-defined]
+            # A plain str: xdist's wire format (execnet) takes no str subclass.
+            report.aoti_failure_kind = str(failure_kind(call.excinfo.value))  # type: ignore[attr-defined]
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -98,7 +98,7 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
         # Outside the except block, so pytest does not print the chain again before the summary line. The failure's
         # kind goes with it: the debug triage does not rerun a model export rejected or a compile that raised.
         failed = pytest.fail.Exception(message, pytrace=False)
-        failed.aoti_failure_kind = kind  # type: ignore[attr-defined]
+        failed.aoti_failure_kind = str(kind)  # type: ignore[attr-defined]
         raise failed
 
     return wrapper

@@ -225,7 +225,9 @@ class ParentSession:
             # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
             report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
         if report.failed and report.when in ("setup", "call"):
-            report.aoti_failure_kind = failure_kind(call.excinfo.value) if call.excinfo is not None else None  # type: ignore[attr-defined]
+            # A plain str: xdist's wire format (execnet) takes no str subclass.
+            kind = str(failure_kind(call.excinfo.value)) if call.excinfo is not None else None
+            report.aoti_failure_kind = kind  # type: ignore[attr-defined]
             report.aoti_reached = phases.announced() is not None  # type: ignore[attr-defined]
             self._check_cuda_context(item, report)
         return report
