@@ -342,7 +342,7 @@ def check_cuda_graph(compiled: Any, module: torch.nn.Module, args: Sequence[Any]
         runner = load_package(compiled.package_path, compiled.device, Path(extract), run_single_threaded=True)
         try:
             with torch.no_grad():
-                side = torch.cuda.Stream(compiled.device)
+                side = torch.cuda.Stream(compiled.device)  # type: ignore[no-untyped-call]
                 side.wait_stream(torch.cuda.current_stream(compiled.device))
                 with torch.cuda.stream(side):
                     for _ in range(3):  # warm-up outside the graph, as capture requires

@@ -149,7 +149,7 @@ class _JudgeServer:
         ready, _, _ = select.select([self.process.stdout], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             raise subprocess.TimeoutExpired(self.process.args, deadline)
-        line = self.process.stdout.readline()
+        line = str(self.process.stdout.readline())
         if not line:
             raise RuntimeError(f"the judge server ended (exit status {self.process.wait()}); see its log")
         return line
@@ -391,7 +391,7 @@ def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: Mi
     fx_minifier = functorch_minifier()
 
     try:
-        return fx_minifier.minifier(
+        found: tuple[Any, Any] | None = fx_minifier.minifier(
             flat_module,
             flat_inputs,
             module_fails=search.fails,
@@ -399,6 +399,7 @@ def _search(search: Search, flat_module: Any, flat_inputs: list[Any], result: Mi
             skip_offload=True,
             skip_sanity=True,  # the debug stages already saw the original fail
         )
+        return found
     except _OutOfTime:
         return search.smallest
     except Exception as error:  # the minifier's own errors: report, keep the smallest failing graph found

@@ -129,7 +129,7 @@ class _Op:
     node: str | None
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode is untyped
     """Keeps a copy of every ATen op's tensor outputs, and which graph node (if any) was running."""
 
     # Higher-order ops (cond, while_loop, map, scan…) come here whole and run unrecorded (this mode is popped while
@@ -137,7 +137,7 @@ class _Recorder(TorchDispatchMode):
     supports_higher_order_operators = True
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[_Op] = []
         self.node: str | None = None
         self.higher_order: set[str] = set()
@@ -145,7 +145,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if isinstance(func, HigherOrderOperator):
-            self.higher_order.add(func.name())
+            self.higher_order.add(str(func.name()))  # type: ignore[no-untyped-call]
         tensors = [t.detach().to("cpu", copy=True) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         self.ops.append(_Op(_op_name(func), tensors, self.node))
         return out
@@ -153,7 +153,7 @@ class _Recorder(TorchDispatchMode):
 
 def _op_name(func: Any) -> str:
     if isinstance(func, HigherOrderOperator):
-        return f"higher_order.{func.name()}"
+        return f"higher_order.{func.name()}"  # type: ignore[no-untyped-call]
     # In-place and functional forms are the same computation: eager's relu_ is the exported program's relu.
     name = str(func._schema.name) if hasattr(func, "_schema") else str(func)
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name

@@ -26,7 +26,7 @@ from pytest_aoti.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
-from pytest_aoti.protocol import Stage
+from pytest_aoti.protocol import Stage, VerdictSummary
 from pytest_aoti.reporting import (
     SECTION_TITLE,
     isolated_reports,
@@ -106,7 +106,7 @@ def attach_debug(
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
     report.user_properties = [*report.user_properties, *properties]
-    report.aoti_verdict = verdict_record(verdict)  # type: ignore[attr-defined]
+    report.aoti_verdict = verdict_record(verdict).to_dict()  # type: ignore[attr-defined]
     return properties
 
 
@@ -273,10 +273,10 @@ class ParentSession:
         seen: set[tuple[str, str]] = set()
         for reports in terminalreporter.stats.values():
             for report in reports:
-                record = getattr(report, "aoti_verdict", None)
-                if record and (report.nodeid, record["headline"]) not in seen:
-                    seen.add((report.nodeid, record["headline"]))
-                    verdicts += summary_lines(report.nodeid, record)
+                summary = VerdictSummary.from_dict(getattr(report, "aoti_verdict", None))
+                if summary is not None and (report.nodeid, summary.headline) not in seen:
+                    seen.add((report.nodeid, summary.headline))
+                    verdicts += summary_lines(report.nodeid, summary)
                 if getattr(report, "aoti_poisoned_cuda", False):
                     poisoned.append(
                         f"CUDA context poisoned by {report.nodeid}: later CUDA tests of that process ran in fresh "

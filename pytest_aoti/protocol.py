@@ -190,6 +190,26 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class VerdictSummary:
+    """What a failed test's report carries of its verdict, for the terminal summary: it crosses from an xdist worker
+    to the controller inside the report, as a dict of plain strings (``to_dict``)."""
+
+    headline: str
+    reproduce: str = ""
+    bundle: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerdictSummary | None:
+        """The summary a report carried; None for anything else (a report from another plugin version)."""
+        if not isinstance(data, dict) or not isinstance(data.get("headline"), str):
+            return None
+        return cls(data["headline"], str(data.get("reproduce") or ""), str(data.get("bundle") or ""))
+
+
 @dataclass
 class MinifyResult:
     """Stage minify's answer (``python -m pytest_aoti.minify``), written as ``MINIFY_RESULT`` in its output dir."""

@@ -10,7 +10,7 @@ import pytest
 from pytest_aoti import kernel_log, provenance
 from pytest_aoti.child import ChildRun
 from pytest_aoti.debug import FILTER_ENV, PRINTER_ENV, Verdict
-from pytest_aoti.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage
+from pytest_aoti.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage, VerdictSummary
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -337,23 +337,22 @@ def _needs(verdict: Verdict) -> str:
     )
 
 
-def verdict_record(verdict: Verdict) -> dict[str, str]:
-    """What a report carries for the terminal summary: plain strings survive pytest's report serialization, so an
-    xdist controller reads them off its workers' reports."""
+def verdict_record(verdict: Verdict) -> VerdictSummary:
+    """What a report carries for the terminal summary."""
     first = verdict.first
-    return {
-        "headline": headline(verdict),
-        "reproduce": first.reproduce if first is not None else "",
-        "bundle": str(verdict.bundle) if verdict.bundle is not None else "",
-    }
+    return VerdictSummary(
+        headline(verdict),
+        reproduce=first.reproduce if first is not None else "",
+        bundle=str(verdict.bundle) if verdict.bundle is not None else "",
+    )
 
 
-def summary_lines(nodeid: str, record: dict[str, str]) -> list[str]:
-    lines = [f"{nodeid}: {record['headline']}"]
-    if record.get("reproduce"):
-        lines.append(f"    reproduce: {record['reproduce']}")
-    if record.get("bundle"):
-        lines.append(f"    repro bundle: {record['bundle']}")
+def summary_lines(nodeid: str, summary: VerdictSummary) -> list[str]:
+    lines = [f"{nodeid}: {summary.headline}"]
+    if summary.reproduce:
+        lines.append(f"    reproduce: {summary.reproduce}")
+    if summary.bundle:
+        lines.append(f"    repro bundle: {summary.bundle}")
     return lines
 
 

@@ -233,8 +233,8 @@ class GoldenFile:
     def read(cls, path: Path) -> GoldenFile:
         if not path.exists():
             return cls(path)
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file, safe_open
+        from safetensors import SafetensorError, safe_open
+        from safetensors.torch import load_file
 
         try:
             with safe_open(str(path), framework="pt") as handle:

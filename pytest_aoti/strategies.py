@@ -37,7 +37,7 @@ class InputDraw:
     fill: str
 
 
-class DrawnInputs(tuple):
+class DrawnInputs(tuple):  # type: ignore[type-arg]  # of whatever inputs the model takes
     """The drawn positional inputs, with the keyword inputs in ``kwargs`` (call ``compiled(*drawn, **drawn.kwargs)``;
     ``compiled(*drawn)`` where the model takes positional inputs only), printed by shape so a falsifying example
     reads well."""

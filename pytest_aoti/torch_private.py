@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel
 except ImportError:  # earlier releases kept the package code in Inductor
-    from torch._inductor.package.package import AOTICompiledModel
+    from torch._inductor.package.package import AOTICompiledModel  # type: ignore[attr-defined]
 
 __all__ = [
     "AOTICompiledModel",
@@ -61,7 +61,7 @@ def package_metadata(path: str) -> dict[str, str]:
 
 def inductor_load_package(path: str, *, run_single_threaded: bool, num_runners: int, device_index: int) -> Any:
     """``aoti_load_package``'s own loader, for what :func:`package_loader` cannot load."""
-    from torch._inductor.package import load_package
+    from torch._inductor.package import load_package  # type: ignore[attr-defined]
 
     return load_package(
         path, run_single_threaded=run_single_threaded, num_runners=num_runners, device_index=device_index

@@ -11,6 +11,7 @@ from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun, _outcome
 from pytest_aoti.debug import Verdict
 from pytest_aoti.errors import AOTICompileError, failure_kind
+from pytest_aoti.protocol import VerdictSummary
 from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
 from pytest_aoti.triage import not_rerun_reason
 
@@ -52,7 +53,9 @@ def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> No
     assert "stage kernels (printer=None): crashed with SIGSEGV [1.5 s]" in section
     assert "suspect kernel: k1 (launched, never finished)" in section
     assert "Fatal Python error: Segmentation fault" in section
-    assert verdict_record(verdict)["headline"] == headline(verdict)
+    summary = verdict_record(verdict)
+    assert summary.headline == headline(verdict)
+    assert VerdictSummary.from_dict(summary.to_dict()) == summary  # as it crosses xdist inside the report
 
 
 def test_a_crash_between_kernels_blames_the_code_between_them(tmp_path: Path) -> None:
