@@ -73,6 +73,25 @@ def _time_step(totals: dict[str, float], step: str, target: str) -> None:
         setattr(owner, name, timed)
 
 
+def _time_commands(totals: dict[str, float]) -> None:
+    """The seconds of each external command the compile runs (by program name): compilers, linkers, objcopy."""
+    import subprocess
+
+    for name in ("run", "check_call", "check_output"):
+        original = getattr(subprocess, name)
+
+        def timed(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            command = args[0] if args else kwargs.get("args", "?")
+            program = os.path.basename(command.split()[0] if isinstance(command, str) else str(command[0]))
+            started = time.perf_counter()
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                totals[program] = totals.get(program, 0.0) + time.perf_counter() - started
+
+        setattr(subprocess, name, timed)
+
+
 def child(device: str, package_dir: str, started: float) -> None:
     """One build, in this fresh interpreter (the build's environment was set before torch was imported)."""
     import torch
@@ -84,6 +103,8 @@ def child(device: str, package_dir: str, started: float) -> None:
     steps: dict[str, float] = {}
     for step, target in STEPS.items():
         _time_step(steps, step, target)
+    commands: dict[str, float] = {}
+    _time_commands(commands)
     model = log_mlp().to(device)
     example = (torch.rand(16, 64, device=device) + 0.5,)
     mark = time.perf_counter()
@@ -103,7 +124,7 @@ def child(device: str, package_dir: str, started: float) -> None:
     except RuntimeError:
         pass  # NaN asserts on CUDA
     seconds["run"] = time.perf_counter() - mark
-    print(json.dumps({"seconds": seconds, "steps": steps}))
+    print(json.dumps({"seconds": seconds, "steps": steps, "commands": commands}))
 
 
 def _build_env(build: str) -> dict[str, str]:
@@ -146,6 +167,8 @@ def main() -> None:
             steps = ", ".join(f"{name} {result['steps'][name]:.1f}" for name in STEPS if name in result["steps"])
             print(f"{build}: {wall:.1f} s in all: {parts}")
             print(f"{' ' * len(build)}  inside compile: {steps}")
+            commands = ", ".join(f"{name} {value:.1f}" for name, value in sorted(result["commands"].items()))
+            print(f"{' ' * len(build)}  external commands: {commands or 'none'}")
 
 
 if __name__ == "__main__":
