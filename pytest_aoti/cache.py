@@ -39,6 +39,9 @@ _CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_"
 _CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
 # Where caches live changes no artifact (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself on first use).
 _NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# Skipping the CPU vector-ISA probe (a debug child whose parent saw every ISA pass it) picks the same ISA: no
+# artifact changes. Turning vectorization off ("0") does change them, and stays in the key.
+_SKIPPED_PROBE = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # Written into a cache dir when pytest-aoti creates (or adopts) it: clearing and eviction happen only where it is.
 MARKER_FILE = ".pytest-aoti-cache"
 _MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
@@ -95,7 +98,9 @@ def codegen_environment(environ: dict[str, str] | os._Environ[str] = os.environ)
     return {
         name: value
         for name, value in sorted(environ.items())
-        if (name.startswith(_CODEGEN_ENV_PREFIXES) or name in _CODEGEN_ENV_NAMES) and name not in _NOT_CODEGEN_ENV
+        if (name.startswith(_CODEGEN_ENV_PREFIXES) or name in _CODEGEN_ENV_NAMES)
+        and name not in _NOT_CODEGEN_ENV
+        and (name, value) != _SKIPPED_PROBE
     }
 
 
@@ -202,7 +207,10 @@ def inductor_config_text() -> str:
     from pytest_aoti.torch_private import inductor_config_snapshot
 
     snapshot = inductor_config_snapshot()
-    return repr(sorted((k, repr(v)) for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES))
+    snapshot = {k: v for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES}
+    if snapshot.get("cpp.vec_isa_ok") is True:  # the probe skipped (see _SKIPPED_PROBE)
+        snapshot["cpp.vec_isa_ok"] = None
+    return repr(sorted((k, repr(v)) for k, v in snapshot.items()))
 
 
 def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:

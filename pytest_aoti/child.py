@@ -49,7 +49,9 @@ from pytest_aoti.settings import settings_key
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR")
+# Skips Inductor's CPU vector-ISA probe in a child whose parent ran it and saw every ISA pass (same ISA picked).
+VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
+_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", VEC_ISA_OK_ENV)
 _KILL_GRACE_SECONDS = 10.0
 
 
@@ -165,6 +167,17 @@ def _isolating_overrides(config: pytest.Config, workdir: Path) -> list[str]:
     if config.pluginmanager.has_plugin("cacheprovider"):
         overrides += ["-o", f"cache_dir={workdir / 'pytest-cache'}"]
     return overrides
+
+
+def _inherited_isa_probe() -> dict[str, str]:
+    """``TORCHINDUCTOR_VEC_ISA_OK=1`` when this process's own compile probed the CPU's vector ISAs and all passed:
+    the child picks the same ISA without the probe (``torch_private.vector_isa_probe_passed``). Nothing is imported
+    to learn it: a process that compiled nothing has not probed."""
+    if VEC_ISA_OK_ENV in os.environ or "torch" not in sys.modules:  # no torch, no compile, no probe
+        return {}
+    from pytest_aoti.torch_private import vector_isa_probe_passed
+
+    return {VEC_ISA_OK_ENV: "1"} if vector_isa_probe_passed() else {}
 
 
 def private_tmpdir(workdir: Path) -> Path:
@@ -320,6 +333,7 @@ def start_child(
         **({TEST_PATH_ENV: str(test_path)} if test_path is not None else {}),
         REPORT_FILE_ENV: str(report_path),
         "TMPDIR": str(tmpdir),
+        **_inherited_isa_probe(),
         **env,
     }
     setup = _ChildSetup(

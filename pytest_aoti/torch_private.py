@@ -41,6 +41,7 @@ __all__ = [
     "tree_map_with_path",
     "triton_kernel_side_table",
     "triton_kernels_for_op",
+    "vector_isa_probe_passed",
 ]
 
 
@@ -88,6 +89,28 @@ def inductor_config_defaults() -> dict[str, Any]:
     import torch._inductor.config as inductor_config
 
     return dict(inductor_config.get_config_copy())
+
+
+def vector_isa_probe_passed() -> bool:
+    """Whether this process has run Inductor's CPU vector-ISA probe already and every ISA the CPU advertises passed
+    it. A child told ``TORCHINDUCTOR_VEC_ISA_OK=1`` then picks the same ISA without probing again: in torch 2.11 the
+    probe starts one Python per ISA that imports torch, ~44 s of each fresh process's first compile on the H100
+    machine (docs/benchmarks.md). x86 only: elsewhere nothing is probed."""
+    import platform
+    import sys
+
+    module = sys.modules.get("torch._inductor.cpu_vec_isa")
+    if module is None or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        listing = module.valid_vec_isa_list
+        if listing.cache_info().currsize == 0:  # not probed in this process
+            return False
+        flags = module.x86_isa_checker()
+        advertised = [isa for isa in module.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+        return bool(advertised) and [str(isa) for isa in listing()] == [str(isa) for isa in advertised]
+    except Exception:  # another torch's layout: probe again in the child
+        return False
 
 
 def cpp_compiler() -> str:

@@ -143,6 +143,26 @@ def test_a_compile_in_the_process_changes_no_later_key(built: tuple[Path, str]) 
     assert package_key(_export(_seeded()), {}, CPU) == built[1]
 
 
+def test_a_child_skips_the_isa_probe_its_parent_passed_with_the_same_key(
+    built: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After this process compiled (``built``), Inductor has probed the CPU's vector ISAs: a child is told to skip
+    the probe, and skipping it (env or config) changes no package key; turning vectorization off does."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_aoti.child import _inherited_isa_probe
+
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    assert _inherited_isa_probe() == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}  # every ISA this CPU advertises passed
+    ep = _export(_seeded())
+    before = package_key(ep, {}, CPU)
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):  # what the child's Inductor reads from that env
+        assert package_key(ep, {}, CPU) == before
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")
+    assert package_key(ep, {}, CPU) != before
+
+
 def test_eviction_drops_least_recently_used(tmp_path: Path, built_package: Path) -> None:
     size = built_package.stat().st_size
     cache = PackageCache.open(tmp_path / "cache", max_bytes=3 * size + size // 2)
