@@ -137,6 +137,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--builds", default="plain,kernels,tensors")
+    parser.add_argument(
+        "--skip-isa-probe",
+        action="store_true",
+        help="debug builds with TORCHINDUCTOR_VEC_ISA_OK=1, as a debug child whose parent's compile probed gets them",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--package-dir", help=argparse.SUPPRESS)
     parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
@@ -144,7 +149,11 @@ def main() -> None:
     if args.child:
         child(args.device, args.package_dir, args.started)
         return
-    print(f"device {args.device}")
+    print(f"device {args.device}" + (" (debug builds skip the CPU vector-ISA probe)" if args.skip_isa_probe else ""))
+
+    def probe_skipped(build: str) -> dict[str, str]:
+        return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if args.skip_isa_probe and build != "plain" else {}
+
     with tempfile.TemporaryDirectory(prefix="compile-breakdown-") as tmp:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor-cache")}
         for build in args.builds.split(","):
@@ -152,7 +161,7 @@ def main() -> None:
             wall = time.perf_counter()
             done = subprocess.run(
                 [*command, "--started", f"{time.time():.6f}"],
-                env={**env, **_build_env(build)},
+                env={**env, **_build_env(build), **probe_skipped(build)},
                 capture_output=True,
                 text=True,
             )

@@ -160,12 +160,13 @@ def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
     return command
 
 
-def _isolating_overrides(config: pytest.Config, workdir: Path) -> list[str]:
-    """Dirs the child must not share with the parent: basetemp (a given one is wiped at start) and pytest's cache.
-    Left out of the reproduce line: they point into a temp dir."""
-    overrides = [f"--basetemp={workdir / 'basetemp'}"]
+def _isolating_overrides(config: pytest.Config, workdir: Path, stem: str) -> list[str]:
+    """Dirs the child must share neither with the parent nor with its sibling stages (stage tensors runs beside stage
+    kernels): basetemp (a given one is wiped at start, with the packages a sibling is compiling into it) and pytest's
+    cache. Left out of the reproduce line: they point into a temp dir."""
+    overrides = [f"--basetemp={workdir / f'{stem}.basetemp'}"]
     if config.pluginmanager.has_plugin("cacheprovider"):
-        overrides += ["-o", f"cache_dir={workdir / 'pytest-cache'}"]
+        overrides += ["-o", f"cache_dir={workdir / f'{stem}.pytest-cache'}"]
     return overrides
 
 
@@ -341,7 +342,7 @@ def start_child(
         attempt=attempt,
         nodeid=nodeid,
         command=[*prefix, *child_command(config, capture=capture)],
-        overrides=_isolating_overrides(config, workdir),
+        overrides=_isolating_overrides(config, workdir, stem),
         env_delta=env_delta,
         cwd=config.invocation_params.dir,
         log_path=workdir / f"{stem}.log",

@@ -382,3 +382,20 @@ def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_
         run.describe()
         == 'error: a child sent an unknown event \'progress\': \'{"event": "progress", "data": {}}\' (see its log)'
     )
+
+
+def test_stages_running_side_by_side_get_their_own_basetemp_and_cache(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """A child's pytest wipes its basetemp at start: stage tensors, started beside stage kernels, must not wipe the
+    packages stage kernels is compiling (seen on the H100 as "Parent directory .../aoti-packages does not exist")."""
+    from pytest_aoti.child import _isolating_overrides
+
+    config = pytester.parseconfigure()
+    kernels, tensors, again = (
+        _isolating_overrides(config, tmp_path, stem) for stem in ("kernels", "tensors", "kernels.2")
+    )
+    assert len({kernels[0], tensors[0], again[0]}) == 3 and all(
+        o.startswith("--basetemp=") for o in (kernels[0], tensors[0])
+    )
+    assert kernels[-1] != tensors[-1]  # pytest's cache dir too
