@@ -273,10 +273,6 @@ class _ChildSetup:
         return env
 
 
-# What a ChildRun keeps of how its child was started.
-_KEPT_OF_ITS_SETUP = ("stage", "attempt", "command", "env_delta", "cwd", "log_path")
-
-
 def _finish(
     config: pytest.Config, setup: _ChildSetup, returncode: int, timed_out: bool, seconds: float, timeout: float
 ) -> ChildRun:
@@ -298,11 +294,24 @@ def _finish(
         outcome, error = Outcome.ERROR, broken_stream
     else:
         outcome, error = _outcome(stream.reports, returncode, setup.nodeid)
-    kept = {name: getattr(setup, name) for name in _KEPT_OF_ITS_SETUP}
-    ended: dict[str, Any] = {"outcome": outcome, "error": error, "returncode": returncode, "signal_name": signal_name}
-    stopped_at = timeout if timed_out else None
-    streamed: dict[str, Any] = vars(stream)
-    return ChildRun(**kept, **ended, **streamed, seconds=seconds, timeout=stopped_at)
+    return ChildRun(
+        stage=setup.stage,
+        attempt=setup.attempt,
+        command=setup.command,
+        env_delta=setup.env_delta,
+        cwd=setup.cwd,
+        log_path=setup.log_path,
+        outcome=outcome,
+        error=error,
+        returncode=returncode,
+        signal_name=signal_name,
+        seconds=seconds,
+        timeout=timeout if timed_out else None,
+        reports=stream.reports,
+        warnings=stream.warnings,
+        phases=stream.phases,
+        finding=stream.finding,
+    )
 
 
 def start_child(

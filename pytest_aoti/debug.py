@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pytest
 
@@ -302,8 +302,18 @@ def debug_rerun(
     timeout = request.timeout
 
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
-        where: dict[str, Any] = {"test_path": test_path, "workdir": workdir, "timeout": timeout, "capture": False}
-        return start_child(config, nodeid, stage=stage, env=env, prefix=prefix, attempt=attempt, **where)
+        return start_child(
+            config,
+            nodeid,
+            test_path=test_path,
+            stage=stage,
+            env=env,
+            timeout=timeout,
+            workdir=workdir,
+            capture=False,
+            prefix=prefix,
+            attempt=attempt,
+        )
 
     pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns, Verdict(nodeid))
     started = time.monotonic()
