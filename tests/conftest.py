@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+import contextlib
 import getpass
 import importlib.metadata
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,20 +39,89 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 RunPytest = Callable[..., pytest.RunResult]
 
 
+class ForkServer:
+    """The client side of ``tests/forkserver.py``: one server per xdist worker of this suite, started on first use."""
+
+    def __init__(self) -> None:
+        self._server: subprocess.Popen[str] | None = None
+
+    def run(self, args: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
+        """``python -m pytest ARGS`` from ``cwd`` with ``env``, its output in ``out`` and ``err``: its exit status."""
+        server = self._started()
+        assert server.stdin is not None and server.stdout is not None
+        request = {"args": list(args), "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        pid = json.loads(server.stdout.readline())["pid"]
+        if not select.select([server.stdout], [], [], timeout)[0]:
+            os.kill(pid, signal.SIGKILL)
+            server.stdout.readline()
+            raise pytest.Pytester.TimeoutExpired(f"{timeout} second timeout expired running pytest {args}")
+        return int(json.loads(server.stdout.readline())["returncode"])
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self._server is None:
+            self._server = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).parent.parent,
+            )
+            assert self._server.stdout is not None
+            hello = json.loads(self._server.stdout.readline())
+            assert "ready" in hello, hello
+        return self._server
+
+    def close(self) -> None:
+        if self._server is not None and self._server.stdin is not None:
+            self._server.stdin.close()
+            self._server.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    server = ForkServer()
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def run_pytest(pytester: pytest.Pytester, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> RunPytest:
-    """Run pytest in a subprocess, as a user would (from ``cwd``, default the pytester dir), with the shared cache;
-    the test models are in the pytester dir as ``aoti_models.py``."""
+def run_pytest(
+    pytester: pytest.Pytester, shared_cache: Path, monkeypatch: pytest.MonkeyPatch, fork_server: ForkServer
+) -> RunPytest:
+    """Run pytest as a user would (from ``cwd``, default the pytester dir), with the shared cache; the test models
+    are in the pytester dir as ``aoti_models.py``. The run is a process of its own, forked from a server that has
+    imported torch already (``tests/forkserver.py``), with what ``pytester.runpytest_subprocess`` gives a run: a
+    ``--basetemp`` of its own, the cwd on PYTHONPATH, stdin closed. ``fresh=True`` starts a new interpreter instead,
+    for what the server's imports would change (which modules a run imports)."""
     pytester.makepyfile(aoti_models=MODELS_SOURCE)
 
-    def run(*args: str, cache: Path | None = shared_cache, cwd: Path | None = None) -> pytest.RunResult:
+    def run(
+        *args: str, cache: Path | None = shared_cache, cwd: Path | None = None, fresh: bool = False
+    ) -> pytest.RunResult:
         cache_args = [f"--aoti-cache-dir={cache}"] if cache is not None else []
+        all_args = [*plugin_args(), "-p", "no:cacheprovider", *cache_args, *args]
         with monkeypatch.context() as patch:
             if cwd is not None:
                 patch.chdir(cwd)
-            return pytester.runpytest_subprocess(
-                *plugin_args(), "-p", "no:cacheprovider", *cache_args, *args, timeout=900
-            )
+            if fresh or os.environ.get("AOTI_TESTS_FRESH_RUNS") == "1":
+                return pytester.runpytest_subprocess(*all_args, timeout=900)
+            basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path)
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+            }
+            out, err = pytester.path / "stdout", pytester.path / "stderr"
+            started = time.monotonic()
+            ret = fork_server.run([f"--basetemp={basetemp}", *all_args], Path.cwd(), env, out, err, timeout=900)
+            outlines, errlines = out.read_text().splitlines(), err.read_text().splitlines()
+            print("\n".join(outlines))
+            print("\n".join(errlines), file=sys.stderr)
+            code: int | pytest.ExitCode = ret
+            with contextlib.suppress(ValueError):
+                code = pytest.ExitCode(ret)
+            return pytest.RunResult(code, outlines, errlines, time.monotonic() - started)
 
     return run
 

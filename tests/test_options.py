@@ -22,7 +22,7 @@ def test_loading_the_plugin_does_not_import_torch(pytester: pytest.Pytester, run
             assert "hypothesis.extra" not in sys.modules
         """
     )
-    result = run_pytest("--aoti-debug", "--aoti-isolate")
+    result = run_pytest("--aoti-debug", "--aoti-isolate", fresh=True)  # no fork server: it imported torch
     result.assert_outcomes(passed=1)
 
 
