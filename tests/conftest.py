@@ -43,35 +43,51 @@ class ForkServer:
     """The client side of ``tests/forkserver.py``: one server per xdist worker of this suite, started on first use."""
 
     def __init__(self) -> None:
-        self._server: subprocess.Popen[str] | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self.unavailable: str | None = None  # why runs start fresh instead (the server found threads after imports)
 
-    def run(self, args: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
-        """``python -m pytest ARGS`` from ``cwd`` with ``env``, its output in ``out`` and ``err``: its exit status."""
-        server = self._started()
-        assert server.stdin is not None and server.stdout is not None
-        request = {"args": list(args), "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
-        server.stdin.write(json.dumps(request) + "\n")
-        server.stdin.flush()
-        pid = json.loads(server.stdout.readline())["pid"]
-        if not select.select([server.stdout], [], [], timeout)[0]:
-            os.kill(pid, signal.SIGKILL)
-            server.stdout.readline()
-            raise pytest.Pytester.TimeoutExpired(f"{timeout} second timeout expired running pytest {args}")
-        return int(json.loads(server.stdout.readline())["returncode"])
-
-    def _started(self) -> subprocess.Popen[str]:
-        if self._server is None:
+    def usable(self) -> bool:
+        if self._server is None and self.unavailable is None:
             self._server = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                text=True,
+                bufsize=0,
                 cwd=Path(__file__).parent.parent,
             )
-            assert self._server.stdout is not None
-            hello = json.loads(self._server.stdout.readline())
-            assert "ready" in hello, hello
-        return self._server
+            hello = self._answer(timeout=600)
+            if "ready" not in hello:
+                self.unavailable = str(hello["unsafe"])
+        return self.unavailable is None
+
+    def run(self, args: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
+        """``python -m pytest ARGS`` from ``cwd`` with ``env``, its output in ``out`` and ``err``: its exit status."""
+        assert self._server is not None and self._server.stdin is not None
+        request = {"args": list(args), "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+        self._server.stdin.write(json.dumps(request).encode() + b"\n")
+        pid = int(self._answer(timeout=600)["pid"])
+        try:
+            return int(self._answer(timeout)["returncode"])
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            self._answer(timeout=600)
+            raise pytest.Pytester.TimeoutExpired(f"{timeout} second timeout expired running pytest {args}") from None
+
+    def _answer(self, timeout: float) -> dict[str, object]:
+        """The server's next JSON line (read unbuffered, so that ``select`` sees what is left to read)."""
+        assert self._server is not None and self._server.stdout is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            if not select.select([self._server.stdout], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+                raise TimeoutError
+            chunk = os.read(self._server.stdout.fileno(), 65536)
+            if not chunk:
+                raise EOFError(f"the fork server ended (exit status {self._server.wait()})")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        answer: dict[str, object] = json.loads(line)
+        return answer
 
     def close(self) -> None:
         if self._server is not None and self._server.stdin is not None:
@@ -105,7 +121,7 @@ def run_pytest(
         with monkeypatch.context() as patch:
             if cwd is not None:
                 patch.chdir(cwd)
-            if fresh or os.environ.get("AOTI_TESTS_FRESH_RUNS") == "1":
+            if fresh or os.environ.get("AOTI_TESTS_FRESH_RUNS") == "1" or not fork_server.usable():
                 return pytester.runpytest_subprocess(*all_args, timeout=900)
             basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path)
             env = {
