@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import torch
 import torch._inductor.compile_fx
-import torch._inductor.package  # noqa: F401
+import torch._inductor.package
 
 # sys.path as a fresh interpreter has it, less this script's dir and the PYTHONPATH this server was started with.
 _STARTUP_PYTHONPATH = {entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
@@ -67,8 +67,17 @@ def _run(request: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    if threading.active_count() != 1:  # forking a process with threads is not safe: refuse, the caller falls back
-        print(json.dumps({"unsafe": f"{threading.active_count()} threads after imports"}), flush=True)
+    # Refuse where a fork would not be a clean start (the caller then starts each run fresh): a process with threads,
+    # or a CUDA build on a machine with a GPU. There the imports leave CUDA's fork guard set although
+    # torch.cuda.is_initialized() says False, and every forked run fails "Cannot re-initialize CUDA in forked
+    # subprocess" (seen on the H100).
+    unsafe = None
+    if threading.active_count() != 1:
+        unsafe = f"{threading.active_count()} threads after imports"
+    elif torch.version.cuda is not None and torch.cuda.is_available():
+        unsafe = "a GPU machine: a forked run could not use CUDA"
+    if unsafe is not None:
+        print(json.dumps({"unsafe": unsafe}), flush=True)
         return
     # What the imports made is never freed: frozen, the forked runs' garbage collections skip it (and do not copy
     # the pages they would have touched).
