@@ -45,7 +45,7 @@ class ForkServer:
     def __init__(self) -> None:
         self._server: subprocess.Popen[bytes] | None = None
         self._buffer = b""
-        self.unavailable: str | None = None  # why runs start fresh instead (the server found threads after imports)
+        self.unavailable: str | None = None  # why runs start fresh instead (threads after imports, a GPU machine)
 
     def usable(self) -> bool:
         if self._server is None and self.unavailable is None:
@@ -61,7 +61,23 @@ class ForkServer:
                 self.unavailable = str(hello["unsafe"])
         return self.unavailable is None
 
-    def run(self, args: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
+    def runpytest(self, pytester: pytest.Pytester, *args: str, timeout: float) -> pytest.RunResult:
+        """What ``pytester.runpytest_subprocess`` does, forked: ``python -m pytest ARGS`` from the cwd with this
+        process's environment, a ``--basetemp`` of its own, the cwd on PYTHONPATH, stdin closed."""
+        basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+        out, err = pytester.path / "stdout", pytester.path / "stderr"
+        started = time.monotonic()
+        ret = self._run([f"--basetemp={basetemp}", *args], Path.cwd(), env, out, err, timeout)
+        outlines, errlines = out.read_text().splitlines(), err.read_text().splitlines()
+        print("\n".join(outlines))
+        print("\n".join(errlines), file=sys.stderr)
+        code: int | pytest.ExitCode = ret
+        with contextlib.suppress(ValueError):
+            code = pytest.ExitCode(ret)
+        return pytest.RunResult(code, outlines, errlines, time.monotonic() - started)
+
+    def _run(self, args: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
         """``python -m pytest ARGS`` from ``cwd`` with ``env``, its output in ``out`` and ``err``: its exit status."""
         assert self._server is not None and self._server.stdin is not None
         request = {"args": list(args), "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
@@ -123,21 +139,7 @@ def run_pytest(
                 patch.chdir(cwd)
             if fresh or os.environ.get("AOTI_TESTS_FRESH_RUNS") == "1" or not fork_server.usable():
                 return pytester.runpytest_subprocess(*all_args, timeout=900)
-            basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path)
-            env = {
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
-            }
-            out, err = pytester.path / "stdout", pytester.path / "stderr"
-            started = time.monotonic()
-            ret = fork_server.run([f"--basetemp={basetemp}", *all_args], Path.cwd(), env, out, err, timeout=900)
-            outlines, errlines = out.read_text().splitlines(), err.read_text().splitlines()
-            print("\n".join(outlines))
-            print("\n".join(errlines), file=sys.stderr)
-            code: int | pytest.ExitCode = ret
-            with contextlib.suppress(ValueError):
-                code = pytest.ExitCode(ret)
-            return pytest.RunResult(code, outlines, errlines, time.monotonic() - started)
+            return fork_server.runpytest(pytester, *all_args, timeout=900)
 
     return run
 
