@@ -53,9 +53,20 @@ class Crashy(torch.nn.Module):
         return y.cos() + 1
 
 
+# How the bug planted for batches above 12 shows: "planted" adds 1 for those batches only; "sticky" is a CPU
+# stand-in for a CUDA context poisoned by an illegal memory access: after the first bad call every later call fails
+# the same way, whatever its input. Read when the op runs, so one compiled package serves both.
+PLANTED = {"mode": "planted", "poisoned": False}
+
+
 @torch.library.custom_op("aoti_tests::planted_double", mutates_args=())
 def planted_double(x: torch.Tensor) -> torch.Tensor:
     """x * 2, with a planted bug for batches above 12."""
+    if PLANTED["mode"] == "sticky":
+        PLANTED["poisoned"] = PLANTED["poisoned"] or x.shape[0] > 12
+        if PLANTED["poisoned"]:
+            raise RuntimeError("stand-in device error: the context is unusable")
+        return x * 2
     return x * 2 + (1.0 if x.shape[0] > 12 else 0.0)
 
 
@@ -67,27 +78,3 @@ def _planted_double_fake(x: torch.Tensor) -> torch.Tensor:
 class PlantedBug(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return planted_double(x)
-
-
-# A CPU stand-in for a CUDA context poisoned by an illegal memory access: after the first bad call every later
-# call fails the same way, whatever its input.
-STICKY = {"poisoned": False}
-
-
-@torch.library.custom_op("aoti_tests::sticky_double", mutates_args=())
-def sticky_double(x: torch.Tensor) -> torch.Tensor:
-    if x.shape[0] > 12:
-        STICKY["poisoned"] = True
-    if STICKY["poisoned"]:
-        raise RuntimeError("stand-in device error: the context is unusable")
-    return x * 2
-
-
-@sticky_double.register_fake
-def _sticky_double_fake(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-class StickyFailure(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sticky_double(x)

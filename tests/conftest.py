@@ -175,7 +175,7 @@ def left_behind(tmp: Path) -> list[str]:
 
 # The longest scenarios (a minute or more each on 2 cores: several children, compiles, a minify budget).
 LONGEST_FIRST = (
-    "test_repeated_debug_run_loads_its_debug_packages",
+    "test_a_nan_debug_run_names_its_kernel_and_minifies",
     "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase",
     "test_numerics_names_the_first_divergent_kernel",
 )

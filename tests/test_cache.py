@@ -296,11 +296,12 @@ def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester,
     assert not (pytester.path / MARKER_FILE).exists()
 
 
-def test_repeated_debug_run_loads_its_debug_packages(
+def test_a_nan_debug_run_names_its_kernel_and_minifies(
     pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, watched_tmpdir: Path
 ) -> None:
-    """Both debug stages of a NaN made inside a compiled kernel, then the same run again: every package a hit (the
-    shared cache: other tests may have compiled some of them already, which is the point)."""
+    """Both debug stages of a NaN made inside a compiled kernel, each printing its own cache line, and the graph
+    minified to the node that makes the NaN. (Debug packages loaded again from the cache: the reruns of
+    tests/test_debug_rerun.py::test_failure_that_needs_an_earlier_test_does_not_reproduce.)"""
     pytester.makepyfile(
         test_user="""
         import pytest
@@ -312,40 +313,35 @@ def test_repeated_debug_run_loads_its_debug_packages(
             aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
         """
     )
-    first = run_pytest("-rA")
-    first.assert_outcomes(failed=1)
-    text = first.stdout.str()
+    result = run_pytest("-rA", "--aoti-minify", "--aoti-minify-max-candidates=1")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
     assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
-    assert re.search(r"first NaN/Inf: cpp_fused_\w*log\w* buf0 \(mean -?nan", text), text
+    assert re.search(r"first NaN/Inf: cpp_fused_log_mul_0 buf0 \(mean -?nan", text), text
     # The kernel's line in the user's model (Inductor's provenance data in the debug package), and both reruns failed.
     assert re.search(
         r"first NaN/Inf in cpp_fused_\w*log\w* \(buf0 after launch, mean -?nan\) at aoti_models.py:\d+ in forward: "
         r"return torch.log\(x\) \* 2; consistent \(2 of 2 reruns\)",
         text,
     ), text
-    first.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
+    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: failed:*"])
     # Quiet reports: with pytest's logging plugin on, torch's structured-trace records stay out of the captured logs.
     assert "torch.__trace" not in text
     # Each stage's child prints its own cache line (its packages keyed on its env), in its log in the report. The
     # marked test itself ran isolated (a crash must end only it), so this process compiled nothing.
     assert len(re.findall(r"^aoti cache: \d hits, \d misses", text, re.MULTILINE)) == 2
-    # Again, and minified this time: the graph shrinks to the one node that makes the NaN.
-    second = run_pytest("--aoti-minify", "--aoti-minify-max-candidates=1")
-    second.assert_outcomes(failed=1)
-    again = second.stdout.str()
-    assert again.count("aoti cache: 1 hits, 0 misses") == 2
-    assert "first NaN/Inf: cpp_fused_log_mul_0 buf0" in again
-    minified = re.search(r"^minify: 2 -> 1 nodes, still nonfinite \(.*\): (\S+)$", again, re.MULTILINE)
-    assert minified is not None, again
-    bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs only torch\)", again, re.MULTILINE)
-    assert bundle is not None and minified.group(1) == str(Path(bundle.group(1)) / "minified" / "repro.py"), again
+    # Minified within its cap of one candidate: the graph shrinks to the one node that makes the NaN.
+    minified = re.search(r"^minify: 2 -> 1 nodes, still nonfinite \(.*\): (\S+)$", text, re.MULTILINE)
+    assert minified is not None, text
+    bundle = re.search(r"^repro bundle: (\S+) \(python repro.py: needs only torch\)", text, re.MULTILINE)
+    assert bundle is not None and minified.group(1) == str(Path(bundle.group(1)) / "minified" / "repro.py"), text
 
     # The minified repro bundle (the same repro.py as the full one) reproduces the NaN without pytest, from a clean
     # directory.
     repro = subprocess.run([sys.executable, minified.group(1)], cwd=tmp_path, capture_output=True, text=True)
     assert repro.returncode == 1, repro.stdout + repro.stderr
     assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
-    assert left_behind(watched_tmpdir) == []  # the runs' children, minify's judges, repro.py
+    assert left_behind(watched_tmpdir) == []  # the run's children, minify's judges, repro.py
 
 
 def test_a_cache_that_cannot_store_warns_once_and_goes_on(tmp_path: Path, built_package: Path) -> None:

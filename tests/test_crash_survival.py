@@ -59,9 +59,10 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("how", ["--aoti-debug", "marker only", "-n 2 --aoti-debug", "--aoti-isolate"])
+# Under -n 2 --aoti-debug: tests/test_debug_rerun.py::test_crash_under_xdist_from_a_subdir_is_one_junit_testcase.
+@pytest.mark.parametrize("how", ["--aoti-debug", "marker only", "--aoti-isolate"])
 def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunPytest, how: str) -> None:
-    """Every crash under the headline ``--aoti-debug``; under the other three, a segfault and an exit (an abort takes
+    """Every crash under the headline ``--aoti-debug``; under the other two, a segfault and an exit (an abort takes
     the segfault's path there, and the pasted reproduce line is the same line)."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
     tests = pytester.path / "tests"

@@ -3,12 +3,14 @@ compiled kernels, a kernel that makes NaN, a hang, tests that print, warn, skip,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ import pytest
 from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args
 
 CRASH_TESTS = """
+import os
+
 import pytest
 import torch
 
@@ -33,6 +37,11 @@ def test_passes_before(aoti_check):
 
 def test_passes_after():
     assert torch.ones(2).sum() == 2
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_exits(aoti_device):
+    os._exit(3)
 """
 
 KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
@@ -41,9 +50,10 @@ KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
 def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
 ) -> None:
-    """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit holds every test once: the
-    crashed one as an error carrying its aoti_* properties. The custom op is defined in a package
-    (``suite.aoti_models``): the bundle imports it from the package's root."""
+    """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit and pytest-reportlog hold every
+    test once: the crashed one as a failure carrying its aoti_* properties. A test that ends its worker with
+    ``os._exit`` fails alone too. The custom op is defined in a package (``suite.aoti_models``): the bundle imports
+    it from the package's root."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
     (pytester.path / "suite").mkdir()
     (pytester.path / "suite" / "__init__.py").write_text("")
@@ -63,9 +73,10 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         "-p",
         "no:logging",
         "--junitxml=../report.xml",
+        "--report-log=../log.jsonl",
         cwd=pytester.path / "sub",
     )
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     # A crashed worker, two crashed debug children and the compiles leave nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
     text = result.stdout.str()
@@ -75,6 +86,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert "stage tensors (printer=2, every kernel): crashed with SIGSEGV" in text
     assert f"suspects (read in stage tensors' log): {KERNEL_OF_THE_CRASH}" in text
     assert "last phase: run" in text
+    assert "verdict: error: the child exited with code 3 before reporting the test's result" in text
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in text
     # The call after the last completed kernel is the custom op, on its line of the model.
     at_the_op = re.compile(
@@ -82,7 +94,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         r"y = maybe_crash\(torch.sin\(x\) \* 2 \+ x\)"
     )
     assert re.search(r"the next call is " + at_the_op.pattern, text), text
-    reproduce = re.search(r"^reproduce \(kernels\): (.*)$", text, re.MULTILINE)
+    reproduce = re.search(r"^reproduce \(kernels\): (.*::test_crash .*)$", text, re.MULTILINE)
     assert reproduce is not None
     for part in (
         "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER=3",
@@ -102,7 +114,16 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         ["*= aoti =*", f"suite/test_user.py::test_crash: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH}*"]
     )
     cases = junit_cases(pytester.path / "report.xml")
-    assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after"}
+    assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after", "test_exits"}
+    assert cases["test_exits"]["outcomes"] == ["failure"]
+    # pytest-reportlog: every line parses, each crashed test's failure is reported once.
+    records = [json.loads(line) for line in (pytester.path / "log.jsonl").read_text().splitlines()]
+    failed = Counter(
+        r["nodeid"]
+        for r in records
+        if r.get("$report_type") == "TestReport" and r["when"] in ("call", "setup") and r["outcome"] == "failed"
+    )
+    assert failed == {"suite/test_user.py::test_crash": 1, "suite/test_user.py::test_exits": 1}, failed
     crash = cases["test_crash"]
     assert crash["outcomes"] == ["failure"]
     properties = crash["properties"]
@@ -317,6 +338,8 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
         ]
     )
     text = result.stdout.str()
+    # A debug package is keyed on the stage's environment: stage kernels' later runs load what its first compiled.
+    assert text.count("aoti cache: 1 hits, 0 misses") >= 2, text
     # Calls 1 (the test), 2 (stage kernels: passes), 3 (its second run: the NaN again), and no more.
     assert (pytester.path / "calls.txt").read_text() == "3"
     result.stdout.fnmatch_lines(

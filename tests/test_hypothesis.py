@@ -24,7 +24,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.export import Dim
 
-from aoti_models import PlantedBug, STICKY, StickyFailure
+from aoti_models import PLANTED, PlantedBug
 from pytest_aoti import dynamic_inputs
 
 
@@ -40,7 +40,8 @@ def planted(aoti_compile_shared):
 
 @pytest.fixture(scope="module")
 def sticky(aoti_compile_shared):
-    return _batch_dynamic(aoti_compile_shared, StickyFailure(), 4)
+    # The same model (a cache hit): its op poisons the stand-in device in mode "sticky".
+    return _batch_dynamic(aoti_compile_shared, PlantedBug(), 4)
 
 
 @pytest.mark.aoti_ima(stages=("kernels",))
@@ -64,12 +65,12 @@ def test_sticky_with_health_check(sticky, data):
 
 @pytest.fixture(autouse=True)
 def fresh_stand_in_device(request):
+    PLANTED.update(mode="sticky" if "sticky" in request.fixturenames else "planted", poisoned=False)
     if "sticky" in request.fixturenames:
         sticky = request.getfixturevalue("sticky")
-        STICKY["poisoned"] = False
         sticky.poisoned = None
         watched = "with_health_check" in request.node.name
-        sticky.health_check = (lambda: "stand-in device poisoned" if STICKY["poisoned"] else None) if watched else None
+        sticky.health_check = (lambda: "stand-in device poisoned" if PLANTED["poisoned"] else None) if watched else None
 
 
 @settings(max_examples=200, deadline=None, database=None)
