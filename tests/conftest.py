@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -155,6 +156,16 @@ def junit_cases(path: Path) -> dict[str, dict[str, object]]:
             "properties": {p.get("name"): p.get("value") for p in case.iter("property")},
         }
     return cases
+
+
+def report_log_failures(path: Path) -> Counter[str]:
+    """How many times pytest-reportlog's file reports each test failed in setup or call (every line must parse)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return Counter(
+        r["nodeid"]
+        for r in records
+        if r.get("$report_type") == "TestReport" and r["when"] in ("call", "setup") and r["outcome"] == "failed"
+    )
 
 
 @pytest.fixture

@@ -3,19 +3,17 @@ compiled kernels, a kernel that makes NaN, a hang, tests that print, warn, skip,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args
+from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args, report_log_failures
 
 CRASH_TESTS = """
 import os
@@ -117,12 +115,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after", "test_exits"}
     assert cases["test_exits"]["outcomes"] == ["failure"]
     # pytest-reportlog: every line parses, each crashed test's failure is reported once.
-    records = [json.loads(line) for line in (pytester.path / "log.jsonl").read_text().splitlines()]
-    failed = Counter(
-        r["nodeid"]
-        for r in records
-        if r.get("$report_type") == "TestReport" and r["when"] in ("call", "setup") and r["outcome"] == "failed"
-    )
+    failed = report_log_failures(pytester.path / "log.jsonl")
     assert failed == {"suite/test_user.py::test_crash": 1, "suite/test_user.py::test_exits": 1}, failed
     crash = cases["test_crash"]
     assert crash["outcomes"] == ["failure"]
