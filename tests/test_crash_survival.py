@@ -58,10 +58,13 @@ def _digest(path: Path) -> str:
 
 
 # Under -n 2 --aoti-debug: tests/test_debug_rerun.py::test_crash_under_xdist_from_a_subdir_is_one_junit_testcase.
-@pytest.mark.parametrize("how", ["--aoti-debug", "marker only", "--aoti-isolate"])
+# --aoti-isolate takes the marker's path (the isolated guard); its own scenario, with an exit and a hang, is
+# tests/test_debug_rerun.py::test_an_isolated_test_reports_like_an_in_process_one, and tests/test_layouts.py
+# segfaults isolated children in every layout.
+@pytest.mark.parametrize("how", ["--aoti-debug", "marker only"])
 def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunPytest, how: str) -> None:
-    """Every crash under the headline ``--aoti-debug``; under the other two, a segfault and an exit (an abort takes
-    the segfault's path there, and the pasted reproduce line is the same line)."""
+    """Every crash under the headline ``--aoti-debug``; under the marker alone, a segfault and an exit (an abort
+    takes the segfault's path there, and the pasted reproduce line is the same line)."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
     tests = pytester.path / "tests"
     tests.mkdir()

@@ -116,8 +116,17 @@ def test_non_tensor_input(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8), object()))
 
 
+def dict_input(x, d, *, scale):
+    # A function, not a module, with a dict input and a keyword argument: the tests that call it share one package.
+    return (x + d["a"] * 2 - d["b"]) * scale.sigmoid()
+
+
+def _dict_inputs():
+    return (torch.randn(3, 2), {"a": torch.randn(3, 2), "b": torch.randn(3, 2)}), {"scale": torch.randn(2)}
+
+
 def test_kwargs_and_function(aoti_check):
-    aoti_check(lambda x, *, scale: x * scale.sigmoid(), (torch.randn(3, 3),), {"scale": torch.randn(3)})
+    aoti_check(dict_input, *_dict_inputs())
 
 
 class Dropping(torch.nn.Module):
@@ -163,21 +172,21 @@ def test_nan_input(aoti_compile):
 
 
 def test_dict_in_another_key_order_is_read_by_key(aoti_compile):
-    model = DictInput()
-    a, b = torch.randn(3, 2), torch.randn(3, 2)
-    compiled = aoti_compile(model, (torch.randn(3, 2), {"a": torch.randn(3, 2), "b": torch.randn(3, 2)}))
-    x = torch.randn(3, 2)
-    torch.testing.assert_close(compiled(x, {"b": b, "a": a}), model(x, {"a": a, "b": b}))
+    compiled = aoti_compile(dict_input, *_dict_inputs())
+    x, a, b, scale = torch.randn(3, 2), torch.randn(3, 2), torch.randn(3, 2), torch.randn(2)
+    torch.testing.assert_close(
+        compiled(x, {"b": b, "a": a}, scale=scale), dict_input(x, {"a": a, "b": b}, scale=scale)
+    )
 
 
 def test_dict_with_other_keys(aoti_compile):
-    compiled = aoti_compile(DictInput(), (torch.randn(3, 2), {"a": torch.randn(3, 2), "b": torch.randn(3, 2)}))
-    compiled(torch.randn(3, 2), {"a": torch.randn(3, 2), "c": torch.randn(3, 2)})
+    compiled = aoti_compile(dict_input, *_dict_inputs())
+    compiled(torch.randn(3, 2), {"a": torch.randn(3, 2), "c": torch.randn(3, 2)}, scale=torch.randn(2))
 
 
 def test_same_leaves_other_nest(aoti_compile):
-    compiled = aoti_compile(DictInput(), (torch.randn(3, 2), {"a": torch.randn(3, 2), "b": torch.randn(3, 2)}))
-    compiled(torch.randn(3, 2), (torch.randn(3, 2), torch.randn(3, 2)))
+    compiled = aoti_compile(dict_input, *_dict_inputs())
+    compiled(torch.randn(3, 2), (torch.randn(3, 2), torch.randn(3, 2)), scale=torch.randn(2))
 
 
 def test_class_instead_of_instance(aoti_compile):
@@ -246,11 +255,6 @@ def test_bad_tolerance(aoti_check):
 
 def test_bad_shape_in_more_inputs(aoti_check):
     aoti_check(MLP(), (torch.randn(4, 8),), more_inputs=[(torch.randn(4, 8),), (torch.randn(4, 9),)])
-
-
-class DictInput(torch.nn.Module):
-    def forward(self, x, d):
-        return x + d["a"] * 2 - d["b"]
 
 
 class IntOutput(torch.nn.Module):
