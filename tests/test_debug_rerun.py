@@ -67,7 +67,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         "--aoti-debug",
         "--aoti-minify",
         # Bounded by a count of candidates, not by seconds a busy machine may not have.
-        "--aoti-minify-max-candidates=2",
+        "--aoti-minify-max-candidates=1",
         "-p",
         "no:logging",
         "--junitxml=../report.xml",
