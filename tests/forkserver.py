@@ -3,7 +3,7 @@
 Each end-to-end test starts pytest as a user would, and on a 2-core machine the ~4 s of imports of that process
 (pytest, torch, Inductor) were a fifth of the suite's time. This server imports them once; each run is a fork of
 it, so the run is still a process of its own: its cwd, environment, sys.path, stdio, exit status, crash and signals are
-its own, and it starts pytest the way ``python -m pytest`` does (``pytest.console_main`` over ``sys.argv``). What
+its own, and it starts pytest the way ``python -m pytest`` does (``pytest/__main__.py`` over ``sys.argv``). What
 the plugin starts (debug stages, isolated tests, xdist workers, minify's judges) still starts fresh: those processes
 are what the tests test.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import runpy
 import sys
 import tempfile
 import threading
@@ -26,12 +27,22 @@ from typing import Any
 
 # What every user run imports first: torch and Inductor, ~4 s on 2 cores. None of it starts a thread or reads the
 # environment a run changes (Inductor's config reads TORCHINDUCTOR_* and AOT_INDUCTOR_* at import: the tests set them
-# only in-process, never for a run). Not pytest plugins (xdist, Hypothesis, pytest-aoti itself): pytest rewrites
-# their asserts as it imports them, and warns about one imported before it.
+# only in-process, never for a run). Not pytest plugins (xdist, pytest-aoti itself): pytest rewrites their asserts as
+# it imports them, and warns about one imported before it.
+# And the Hypothesis library, ~1.3 s a run: Hypothesis's pytest plugin imports all of it in every run's terminal
+# summary (for ``hypothesis.internal.observability``), whether or not a test used it. Its distribution is a pytest
+# plugin's, so pytest marks it for assertion rewriting and would warn that it was imported first: the marker added to
+# its docstrings below tells pytest to leave it as imported (rewriting would only reword the asserts inside it).
+import _hypothesis_globals
+import hypothesis
+import hypothesis.internal.observability
 import pytest
 import torch
 import torch._inductor.compile_fx
 import torch._inductor.package
+
+for _module in (hypothesis, _hypothesis_globals):
+    _module.__doc__ = f"{_module.__doc__ or ''}\nPYTEST_DONT_REWRITE"
 
 # sys.path as a fresh interpreter has it, less this script's dir and the PYTHONPATH this server was started with.
 _STARTUP_PYTHONPATH = {entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
@@ -53,7 +64,7 @@ def _run(request: dict[str, Any]) -> None:
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
         sys.argv = [pytest.__file__.replace("__init__.py", "__main__.py"), *request["args"]]
-        code = int(pytest.console_main())
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # what ``python -m pytest`` runs
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
     except BaseException:

@@ -42,13 +42,18 @@ def test_a_forked_run_sees_what_a_fresh_one_sees(
     pytester.makepyfile(test_user=RECORDS)
     monkeypatch.setenv("AOTI_TESTS_FLAG", "set for this run")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    seen = {}
+    seen, output = {}, {}
     for fresh in (True, False):
         record = pytester.path / f"record-{fresh}.json"
         monkeypatch.setenv("AOTI_TESTS_RECORD", str(record))
-        run_pytest("-s", fresh=fresh).assert_outcomes(passed=1)
+        result = run_pytest("-s", "-W", "error::pytest.PytestAssertRewriteWarning", fresh=fresh)
+        result.assert_outcomes(passed=1)
         seen[fresh] = json.loads(record.read_text())
+        output[fresh] = result.stdout.str() + result.stderr.str()
     assert seen[False] == seen[True]
+    # What the server imported ahead (Hypothesis too) is no warning of the run's: pytest's summary is the same.
+    for run_output in output.values():
+        assert "warning" not in run_output.lower(), run_output
     assert seen[True]["tmp"] == str(tmp_path) and seen[True]["flag"] == "set for this run"
 
     # A run that dies ends with the same status either way (a signal: negative, as subprocess reports it).

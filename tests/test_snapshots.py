@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from tests.conftest import RunPytest, junit_cases, plugin_args
+from tests.conftest import RunPytest, junit_cases
 
 USER_TESTS = """
 import os
@@ -145,34 +145,27 @@ def test_goldens_record_match_catch_drift_and_update(
     run_pytest("-p", "no:logging").assert_outcomes(passed=3)
     assert tree_golden.exists()
 
-    # 6. The shipped package verifies from a directory without the model's source or any test; a flipped byte fails.
+    # 6. The shipped package verifies from a directory without the model's source or any test; a flipped byte fails,
+    # and a package whose build metadata names another machine is refused at load, in one line.
     dist = pytester.path / "dist"
     _flip_a_byte_of_the_library(dist / "mlp.pt2", dist / "flipped.pt2")
+    _built_for_another_machine(dist / "mlp.pt2", dist / "arm.pt2")
     deploy = pytester.path / "deploy"
     deploy.mkdir()
-    verified = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--aoti-verify", str(dist),
-         "-rA", "--junitxml=verify.xml"],
-        cwd=deploy, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert verified.returncode == 1, verified.stdout + verified.stderr
-    assert "1 failed, 1 passed" in verified.stdout
-    assert re.search(r"flipped.pt2: corrupted: archive member \S+\.so fails its CRC check", verified.stdout)
-    assert "outputs match the bundled golden outputs (dtype defaults)" in verified.stdout
+    verified = run_pytest("--aoti-verify", str(dist), "-rA", "--junitxml=verify.xml", cache=None, cwd=deploy)
+    verified.assert_outcomes(passed=1, failed=2)
+    assert verified.ret == pytest.ExitCode.TESTS_FAILED
+    out = verified.stdout.str()
+    assert re.search(r"flipped.pt2: corrupted: archive member \S+\.so fails its CRC check", out)
+    assert "arm.pt2: the package was built for machine aarch64; this machine is x86_64" in out
+    assert "outputs match the bundled golden outputs (dtype defaults)" in out
     cases = junit_cases(deploy / "verify.xml")
-    assert cases["verify[flipped.pt2]"]["outcomes"] == ["failure"] and cases["verify[mlp.pt2]"]["outcomes"] == []
+    assert cases["verify[mlp.pt2]"]["outcomes"] == []
+    assert cases["verify[flipped.pt2]"]["outcomes"] == cases["verify[arm.pt2]"]["outcomes"] == ["failure"]
+
+    # 7. The same check without pytest, as a deployment script runs it: exit status 0.
     cli = subprocess.run(
         [sys.executable, "-m", "pytest_aoti.verify", str(dist / "mlp.pt2")], cwd=deploy, capture_output=True, text=True
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert f"ok {dist / 'mlp.pt2'} on cpu" in cli.stdout
-
-    # 7. The environment guard: a package whose build metadata names another machine is refused at load, in one line.
-    _built_for_another_machine(dist / "mlp.pt2", deploy / "arm.pt2")
-    guarded = subprocess.run(
-        [sys.executable, "-m", "pytest_aoti.verify", "arm.pt2"], cwd=deploy, capture_output=True, text=True
-    )
-    assert guarded.returncode == 1
-    assert "arm.pt2: the package was built for machine aarch64; this machine is x86_64" in guarded.stdout, (
-        guarded.stdout + guarded.stderr
-    )
