@@ -184,23 +184,66 @@ def left_behind(tmp: Path) -> list[str]:
     return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))
 
 
-# The longest scenarios (a minute or more each on 2 cores: several children, compiles, a minify budget).
-LONGEST_FIRST = (
-    "test_a_nan_debug_run_names_its_kernel_and_minifies",
-    "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase",
-    "test_numerics_names_the_first_divergent_kernel",
-)
+# Rough seconds of the longest tests on 2 busy cores (``--durations`` of a CI run), for the order below. Any other test
+# that runs pytest counts as an end-to-end scenario of about 8 s; the rest take well under a second.
+SECONDS = {
+    "test_numerics_names_the_first_divergent_kernel": 80,
+    "test_a_nan_debug_run_names_its_kernel_and_minifies": 80,
+    "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase": 80,
+    "test_invariants_on_real_compiles": 80,
+    "test_standalone_and_threads": 70,
+    "test_a_crash_fails_only_its_test[--aoti-debug]": 60,
+    "test_goldens_record_match_catch_drift_and_update": 60,
+    "test_an_isolated_test_reports_like_an_in_process_one": 55,
+    "test_failure_that_needs_an_earlier_test_does_not_reproduce": 45,
+    "test_baseline_recorded_passed_and_a_planted_slowdown_caught": 43,
+    "test_dynamic_shapes_with_hypothesis": 43,
+    "test_subdir_ini_above_package_class_ids_options_addopts": 35,
+    "test_two_processes_compile_once": 25,
+    "test_a_crash_fails_only_its_test[marker only]": 17,
+    "test_what_users_combine_with_the_crash_guard": 17,
+    "test_example_suites_pass": 12,
+    "test_judge_server_forks_times_out_and_takes_its_judges_with_it": 10,
+}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the end-to-end scenarios (a pytest subprocess each, real compiles) first, the longest of them first:
-    with xdist's work stealing (``--dist=worksteal`` in pyproject.toml; its default hands each worker a run of
-    consecutive tests, which put every long scenario on the first worker) the workers then end together on the quick
-    in-process tests."""
+def _seconds(item: pytest.Item) -> float:
+    if item.get_closest_marker("skip") is not None:
+        return 0.0  # tests/gpu without a GPU
+    if item.name in SECONDS:
+        return SECONDS[item.name]
+    return 8.0 if "run_pytest" in getattr(item, "fixturenames", ()) else 0.2
 
-    def order(item: pytest.Item) -> tuple[bool, int]:
-        e2e = "run_pytest" in getattr(item, "fixturenames", ())
-        name = getattr(item, "originalname", item.name)
-        return (not e2e, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST))
 
-    items.sort(key=order)
+def _first_split(count: int, workers: int) -> list[int]:
+    """How many of ``count`` tests each worker gets in worksteal's first split (each the rest over those left)."""
+    sizes = []
+    for left in range(workers, 0, -1):
+        sizes.append((count - sum(sizes)) // left)
+    return sizes
+
+
+@pytest.hookimpl(trylast=True)  # after tests/gpu/conftest.py marks its tests skipped on a machine without a GPU
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the tests for xdist's ``--dist=worksteal`` (pyproject.toml). Its first split hands each worker a run of
+    consecutive tests, and a worker that runs out steals the end of another's queue. So each worker's run starts with
+    its share of the long end-to-end scenarios, longest first (each goes to the run with the fewest seconds so far),
+    and ends with quick tests: what is stolen and what runs last is short, and the workers end together."""
+    if not hasattr(config, "workerinput"):
+        return  # not an xdist worker (whose collection the controller schedules): pytest's own order
+    sizes = _first_split(len(items), int(config.workerinput.get("workercount", 1)))
+    runs: list[list[pytest.Item]] = [[] for _ in sizes]
+    seconds = [0.0 for _ in sizes]
+    quick: list[pytest.Item] = []
+    for item in sorted(items, key=_seconds, reverse=True):  # stable: quick tests keep pytest's order
+        if _seconds(item) < 1:
+            quick.append(item)
+            continue
+        lightest = min(range(len(runs)), key=lambda run: seconds[run])
+        runs[lightest].append(item)
+        seconds[lightest] += _seconds(item)
+    for run, size in zip(runs, sizes, strict=True):
+        fill = max(0, size - len(run))
+        run.extend(quick[:fill])
+        del quick[:fill]
+    items[:] = [item for run in runs for item in run] + quick
