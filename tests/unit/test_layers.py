@@ -24,27 +24,26 @@ ORCHESTRATION = (
 )
 
 
-def _loaded_after(module: str) -> set[str]:
-    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return set(json.loads(done.stdout.splitlines()[-1]))
-
-
-def test_the_core_loads_neither_pytest_nor_the_debug_orchestration() -> None:
-    """The core's modules imported one after another in one interpreter (each imports torch): what is loaded after
-    each is what it and those before it loaded, so the first one to load a forbidden module is named."""
-    core = ["pytest_aoti.compiler", "pytest_aoti.cache", "pytest_aoti.invariants"]
+def _loaded_after_each(modules: list[str]) -> list[tuple[str, set[str]]]:
+    """Import ``modules`` one after another in a fresh interpreter: each with what is loaded after it (what it and
+    those before it loaded)."""
     code = (
         "import importlib, json, sys\n"
-        f"for name in {core!r}:\n"
+        f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "    print(json.dumps([name, sorted(sys.modules)]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    imported = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
-    assert [name for name, _ in imported] == core
-    for name, loaded in imported:
-        forbidden = set(loaded) & {"pytest", "_pytest", *ORCHESTRATION}
+    loaded = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    assert [name for name, _ in loaded] == modules
+    return [(name, set(names)) for name, names in loaded]
+
+
+def test_the_core_loads_neither_pytest_nor_the_debug_orchestration() -> None:
+    """The core's modules in one interpreter (each imports torch): the first one to load a forbidden module is
+    named."""
+    for name, loaded in _loaded_after_each(["pytest_aoti.compiler", "pytest_aoti.cache", "pytest_aoti.invariants"]):
+        forbidden = loaded & {"pytest", "_pytest", *ORCHESTRATION}
         assert not forbidden, f"importing {name} loaded {sorted(forbidden)}"
 
 
@@ -52,7 +51,7 @@ def test_the_core_loads_neither_pytest_nor_the_debug_orchestration() -> None:
     "light", ["pytest_aoti.protocol", "pytest_aoti.processes", "pytest_aoti.devices", "pytest_aoti.triage"]
 )
 def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
-    loaded = _loaded_after(light)
+    ((_, loaded),) = _loaded_after_each([light])
     assert not {"torch", "pytest", "_pytest"} & loaded
 
 
