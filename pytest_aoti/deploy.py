@@ -249,7 +249,8 @@ import sys, torch
 from pathlib import Path
 from pytest_aoti.compiler import load_package
 args, kwargs = torch.load(sys.argv[2])
-runner = load_package(Path(sys.argv[1]), torch.device(sys.argv[3]))
+# Extracted into the caller's work dir: this process is expected to crash, and a crash leaves the extraction behind.
+runner = load_package(Path(sys.argv[1]), torch.device(sys.argv[3]), extract_dir=Path(sys.argv[4]))
 runner(*args, **kwargs)
 print("ran without its weights", flush=True)
 """
@@ -264,7 +265,15 @@ def _run_before_loading_weights(compiled: Any, args: Sequence[Any], kwargs: dict
     inputs = workdir / "inputs.pt"
     torch.save((tuple(args), kwargs), inputs)
     run = subprocess.run(
-        [sys.executable, "-c", _RUN_WITHOUT_WEIGHTS, str(compiled.package_path), str(inputs), str(compiled.device)],
+        [
+            sys.executable,
+            "-c",
+            _RUN_WITHOUT_WEIGHTS,
+            str(compiled.package_path),
+            str(inputs),
+            str(compiled.device),
+            str(workdir / "extracted"),
+        ],
         capture_output=True,
         text=True,
         timeout=900,

@@ -2,13 +2,15 @@
 no test directory on sys.path) or fails naming the custom op and its module; 8 threads on a num_runners=4 package
 give what serial calls give; a weight swap through load_constants and back matches eager, or names the weights the
 package inlined; probing a dynamic dim at its edges finds the size export assumed away; the device matrix of a CPU
-package runs it on the CPU in a fresh interpreter."""
+package runs it on the CPU in a fresh interpreter. Nothing is left in TMPDIR, not even by the child that crashes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import RunPytest, junit_cases
+from tests.conftest import RunPytest, junit_cases, left_behind
 
 HELPER_OPS = """
 import torch
@@ -79,7 +81,7 @@ def test_weight_swap_of_inlined_constants(aoti_compile):
 """
 
 
-def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path) -> None:
     pytester.makepyfile(helper_ops=HELPER_OPS, test_deploy=DEPLOY_TESTS)
     result = run_pytest("--aoti-deploy-check", "-p", "no:logging", "--junitxml=r.xml")
     result.assert_outcomes(passed=2, failed=4)
@@ -104,3 +106,5 @@ def test_standalone_and_threads(pytester: pytest.Pytester, run_pytest: RunPytest
     assert cases["test_self_contained"]["outcomes"] == [] and cases["test_needs_its_helper_module"]["outcomes"] == [
         "failure"
     ]
+    # The child that crashes on purpose (a call before load_constants) extracted the package where it is cleaned up.
+    assert left_behind(watched_tmpdir) == []
