@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import TensorArgument
+from torch.export.graph_signature import InputKind, TensorArgument
 
 from pytest_aoti import phases
 from pytest_aoti.cache import PackageCache
@@ -39,6 +39,7 @@ from pytest_aoti.invariants import (
     flatten_inputs,
     program_spec,
 )
+from pytest_aoti.provenance import torch_install_dir, user_line
 from pytest_aoti.torch_private import (
     AOTICompiledModel,
     OpOverload,
@@ -688,16 +689,55 @@ def _compare_input_set(
             flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
             program = compiled.exported_program
             capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
-        raise _mismatch_error(mismatch, compiled, module) from None
+        raise _mismatch_error(mismatch, compiled.exported_program, module) from None
     return actual
 
 
-def _mismatch_error(mismatch: AssertionError, compiled: CompiledModel, module: torch.nn.Module) -> AOTIMismatchError:
-    """The mismatch, with the graph's random ops named when it has any (then eager and package draw differently)."""
-    random_ops = _random_ops(compiled.exported_program)
-    if random_ops:
-        return AOTIMismatchError(f"{mismatch}\n\n{_random_explanation(random_ops, module)}", random_ops=random_ops)
-    return AOTIMismatchError(str(mismatch))
+def _mismatch_error(mismatch: AssertionError, program: ExportedProgram, module: torch.nn.Module) -> AOTIMismatchError:
+    """The mismatch, with the graph's random ops named when it has any (then eager and package draw differently),
+    and the buffers it updates (then eager and package hold different state after the first call)."""
+    random_ops = _random_ops(program)
+    explanations = [_random_explanation(random_ops, module)] if random_ops else []
+    updated = _updated_buffers(program)
+    if updated:
+        explanations.append(_state_explanation(updated))
+    return AOTIMismatchError("\n\n".join([str(mismatch), *explanations]), random_ops=random_ops)
+
+
+def _updated_buffers(program: ExportedProgram) -> dict[str, str]:
+    """The buffers the model writes in forward (``self.calls += 1``, a running mean, a cache), each with the user's
+    line that writes it when export recorded one. Export's default IR keeps the write in the graph (an in-place op
+    or ``copy_`` into the buffer's placeholder); a decomposed program lists it in ``buffers_to_mutate`` instead."""
+    signature = program.graph_signature
+    buffer_of = {
+        spec.arg.name: spec.target
+        for spec in signature.input_specs
+        if spec.kind == InputKind.BUFFER and isinstance(spec.arg, TensorArgument) and spec.target is not None
+    }
+    found: dict[str, str] = {name: "" for name in signature.buffers_to_mutate.values()}
+    torch_dir = torch_install_dir()
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload) or not target._schema.is_mutable:
+            continue
+        for position, argument in enumerate(target._schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            written = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            if isinstance(written, torch.fx.Node) and written.name in buffer_of:
+                line = user_line(node.meta.get("stack_trace") or "", torch_dir)
+                buffer = buffer_of[written.name]
+                found[buffer] = found.get(buffer) or (line.describe(Path.cwd()) if line else "")
+    return found
+
+
+def _state_explanation(updated: dict[str, str]) -> str:
+    named = ", ".join(f"{name} ({line})" if line else name for name, line in updated.items())
+    return (
+        f"The model updates buffer(s) in forward: {named}. Eager carries each update into its next call; the package "
+        "does not hold the same state, so calls after the first can differ whatever the kernels do. Pass the state "
+        "in and return it, or give each input set a fresh model."
+    )
 
 
 def _random_ops(program: ExportedProgram) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ class KernelSource:
     lines: tuple[SourceLine, ...]
 
 
-def _torch_dir() -> str | None:
+def torch_install_dir() -> str | None:
     spec = importlib.util.find_spec("torch")  # finds the package without importing it
     if spec is None or spec.origin is None:
         return None
@@ -76,7 +76,7 @@ def read_kernel_sources(package: Path, node_traces: Mapping[str, str] | None = N
         return []
     if not isinstance(info, dict):
         return []
-    torch_dir = _torch_dir()
+    torch_dir = torch_install_dir()
 
     def handle(key: str) -> int:
         number = key.rsplit(":", 1)[-1]

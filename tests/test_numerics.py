@@ -302,3 +302,31 @@ def test_a_bool_is_not_compared_with_a_number() -> None:
     assert compare(torch.tensor(0.5), torch.tensor(True), None) is None
     assert compare(torch.tensor(1, dtype=torch.int64), torch.tensor(1.0), None) is None
     assert compare(torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(1.0), None) is not None
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * self.scale + self.calls
+
+
+def test_a_mismatch_names_the_buffers_the_model_updates() -> None:
+    """A model that updates a buffer in forward holds other state than the package after its first call: the
+    mismatch names the buffer and the line that writes it, in export's default IR and in a decomposed program; a
+    buffer only read is not named."""
+    from pytest_aoti.compiler import _mismatch_error, _updated_buffers
+
+    program = torch.export.export(_Counting(), (torch.randn(3),))
+    (line,) = _updated_buffers(program).values()
+    assert list(_updated_buffers(program)) == ["calls"]
+    assert line.endswith("in forward: self.calls += 1") and "test_numerics.py:" in line
+    assert list(_updated_buffers(program.run_decompositions())) == ["calls"]
+    message = str(_mismatch_error(AssertionError("Tensor-likes are not close!"), program, _Counting()))
+    assert message.startswith("Tensor-likes are not close!\n\nThe model updates buffer(s) in forward: calls (")
+    assert "Eager carries each update into its next call; the package does not hold the same state" in message
+    assert _updated_buffers(torch.export.export(_Scaled(), (torch.randn(2, 4),))) == {}
