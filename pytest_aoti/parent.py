@@ -307,6 +307,7 @@ class XdistController:
         self.supervising = supervising
         self.armed: dict[str, dict[str, Any]] = {}
         self.crash_properties: dict[str, list[tuple[str, object]]] = {}
+        self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
         self.setup_passed: set[str] = set()
         self.collected_nodes: set[int] = set()
         self.crashed_in_setup_last = False
@@ -317,6 +318,10 @@ class XdistController:
         request = getattr(report, "aoti_debug_request", None)
         if request is not None:
             self.armed[report.nodeid] = request
+        if report.when == "setup" and isinstance(device := getattr(report, "aoti_device", None), str):
+            self.devices[report.nodeid] = device
+        elif report.when == "teardown":
+            self.devices.pop(report.nodeid, None)
         if report.when == "setup" and report.passed:
             self.setup_passed.add(report.nodeid)
             self.crashed_in_setup_last = False
@@ -361,6 +366,9 @@ class XdistController:
                 "test the same way"
             )
         self.crashed_in_setup_last = in_setup
+        device = self.devices.pop(crashitem, None)
+        if device is not None:  # JUnit consumers group by device: the tests that crashed theirs most of all
+            self.crash_properties[crashitem] = [("aoti_device", device)]
         armed = self.armed.get(crashitem)
         if armed is None:
             return
@@ -371,9 +379,12 @@ class XdistController:
                 "stages": tuple(armed["stages"]) if armed["stages"] is not None else None,
             }
         )
-        self.crash_properties[crashitem] = attach_debug(
-            self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None, crashed=True
-        )
+        self.crash_properties[crashitem] = [
+            *self.crash_properties.get(crashitem, []),
+            *attach_debug(
+                self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None, crashed=True
+            ),
+        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

@@ -392,14 +392,22 @@ def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pyte
         died_in = "call"
     else:
         died_in = "teardown"
-    reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note))
+    # junitxml reads properties from the teardown report, which the child never sent: the device it set up on.
+    device = getattr(setup, "aoti_device", None)
+    properties: list[tuple[str, object]] = [("aoti_device", device)] if isinstance(device, str) else []
+    reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note, properties))
     if died_in != "teardown":
-        reports.append(_synthetic_report(item, "teardown", "passed", None, note))
+        reports.append(_synthetic_report(item, "teardown", "passed", None, note, properties))
     return reports
 
 
 def _synthetic_report(
-    item: pytest.Item, when: str, outcome: str, longrepr: str | None, note: tuple[str, str]
+    item: pytest.Item,
+    when: str,
+    outcome: str,
+    longrepr: str | None,
+    note: tuple[str, str],
+    properties: list[tuple[str, object]],
 ) -> pytest.TestReport:
     return pytest.TestReport(
         nodeid=item.nodeid,
@@ -409,7 +417,7 @@ def _synthetic_report(
         longrepr=longrepr,
         when=when,  # type: ignore[arg-type]
         sections=[note],
-        user_properties=list(item.user_properties),
+        user_properties=[*item.user_properties, *(properties if when == "teardown" else [])],
     )
 
 

@@ -108,6 +108,9 @@ def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunP
     segfault = cases["test_segfault"]["properties"]
     assert isinstance(segfault, dict)
     assert segfault["aoti_signal"] == "SIGSEGV" and segfault["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
+    # The device each crashed test ran on, for JUnit consumers that group by it.
+    for name in crashed:
+        assert cases[name]["properties"]["aoti_device"] == "cpu", cases[name]  # type: ignore[index]
 
     # pytest-reportlog: every line parses, each crashed test's failure is reported once.
     assert report_log_failures(pytester.path / "log.jsonl") == {f"tests/test_crashes.py::{name}": 1 for name in crashed}

@@ -114,6 +114,8 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_crash", "test_passes_before", "test_passes_after", "test_exits"}
     assert cases["test_exits"]["outcomes"] == ["failure"]
+    # The device of a test that crashed its worker, for JUnit consumers that group by it (the controller writes it).
+    assert cases["test_exits"]["properties"]["aoti_device"] == "cpu"  # type: ignore[index]
     # pytest-reportlog: every line parses, each crashed test's failure is reported once.
     failed = report_log_failures(pytester.path / "log.jsonl")
     assert failed == {"suite/test_user.py::test_crash": 1, "suite/test_user.py::test_exits": 1}, failed
@@ -121,7 +123,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     assert crash["outcomes"] == ["failure"]
     properties = crash["properties"]
     assert isinstance(properties, dict)
-    assert properties["aoti_signal"] == "SIGSEGV"
+    assert properties["aoti_signal"] == "SIGSEGV" and properties["aoti_device"] == "cpu"
     assert properties["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
     assert properties["aoti_rerun_outcome"] == "crashed with SIGSEGV"
     assert properties["aoti_reproduced"] == "consistent (2 of 2 reruns)"
