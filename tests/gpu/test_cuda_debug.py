@@ -417,6 +417,10 @@ def test_device_assert_under_plain_aoti_debug_ends_only_its_test(
     cases = junit_cases(pytester.path / "report.xml")
     assert set(cases) == {"test_embedding", "test_cuda_after", "test_cpu_after"}
     assert cases["test_embedding"]["outcomes"] == ["failure"]
+    # The device of the failed test (its worker crashed, or its context was poisoned) and of the test after it (in a
+    # fresh subprocess), for JUnit consumers that group by device.
+    for name in ("test_embedding", "test_cuda_after"):
+        assert str(cases[name]["properties"]["aoti_device"]).startswith("cuda:0"), cases[name]  # type: ignore[index]
 
 
 GOLDEN_TESTS = """
