@@ -576,13 +576,16 @@ def _bundle_io(
 
 
 def _check_tensor_outputs(exported: ExportedProgram) -> None:
-    """An AOTI package returns tensors only: a Python scalar among the outputs would come back wrong."""
+    """An AOTI package returns tensors, and None where the model returned None (an unused optional output, as in a
+    Hugging Face ``ModelOutput``): a Python scalar among the outputs would come back as a tensor."""
     for number, output in enumerate(exported.graph_signature.output_specs):
-        if output.kind.name == "USER_OUTPUT" and not isinstance(output.arg, TensorArgument):
-            value = getattr(output.arg, "value", None)
+        if output.kind.name != "USER_OUTPUT" or isinstance(output.arg, TensorArgument):
+            continue
+        value = getattr(output.arg, "value", None)
+        if value is not None:
             raise AOTIExportError(
                 f"output {number} is a Python {type(value).__name__} ({value!r}), not a tensor: an AOTI package "
-                "returns tensors only; return torch.tensor(...) instead"
+                "returns tensors only (and None); return torch.tensor(...) instead"
             )
 
 

@@ -117,8 +117,9 @@ def test_non_tensor_input(aoti_compile):
 
 
 def dict_input(x, d, *, scale):
-    # A function, not a module, with a dict input and a keyword argument: the tests that call it share one package.
-    return (x + d["a"] * 2 - d["b"]) * scale.sigmoid()
+    # A function, not a module, with a dict input, a keyword argument and a dict output holding None (an unused
+    # optional output, as in a Hugging Face ModelOutput): the tests that call it share one package.
+    return {"hidden": None, "y": (x + d["a"] * 2 - d["b"]) * scale.sigmoid()}
 
 
 def _dict_inputs():
@@ -174,9 +175,9 @@ def test_nan_input(aoti_compile):
 def test_dict_in_another_key_order_is_read_by_key(aoti_compile):
     compiled = aoti_compile(dict_input, *_dict_inputs())
     x, a, b, scale = torch.randn(3, 2), torch.randn(3, 2), torch.randn(3, 2), torch.randn(2)
-    torch.testing.assert_close(
-        compiled(x, {"b": b, "a": a}, scale=scale), dict_input(x, {"a": a, "b": b}, scale=scale)
-    )
+    out = compiled(x, {"b": b, "a": a}, scale=scale)
+    assert out["hidden"] is None  # the package returns the None the function returned
+    torch.testing.assert_close(out, dict_input(x, {"a": a, "b": b}, scale=scale))
 
 
 def test_dict_with_other_keys(aoti_compile):
