@@ -341,12 +341,10 @@ def export_model(
 
 
 @contextlib.contextmanager
-def _extracting_into(directory: Path | None) -> Iterator[None]:
+def _extracting_into(directory: Path) -> Iterator[None]:
     """The loader extracts each package into a fresh ``$TMPDIR/aotinductor_*`` dir (read from the environment at
-    load time): put it where pytest cleans up, so no reference kept alive by a traceback leaves it in /tmp."""
-    if directory is None:
-        yield
-        return
+    load time) and removes it only when the loader is destroyed: put it where pytest (or the caller) cleans up, so
+    neither a reference kept alive by a traceback nor a crash leaves it in /tmp."""
     directory.mkdir(parents=True, exist_ok=True)
     previous = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = str(directory)
@@ -362,7 +360,7 @@ def _extracting_into(directory: Path | None) -> Iterator[None]:
 def load_package(
     path: Path,
     device: torch.device,
-    extract_dir: Path | None = None,
+    extract_dir: Path,
     *,
     num_runners: int = 1,
     run_single_threaded: bool = False,
