@@ -346,4 +346,7 @@ def pytest_runtest_makereport(
             ("aoti_packages", ", ".join(str(c.package_path) for c in compiled)),
             ("aoti_from_cache", ", ".join(str(c.from_cache) for c in compiled)),
         ]
+        accepted = [note for c in compiled for note in c.accepted_by_float64]
+        if accepted:
+            report.user_properties = [*report.user_properties, ("aoti_float64_judge", "\n".join(accepted))]
     return report
