@@ -347,8 +347,20 @@ def _check_shapes(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sy
                         expected,
                         value,
                         f"dim {axis} is {spec.named(want)}, {spec.named(expr)}={current} outside "
-                        f"{_range_text(expr, spec.ranges)}",
+                        f"{_range_text(expr, spec.ranges)}{_zero_one_hint(spec, expr, int(current), lo)}",
                     )
+
+
+def _zero_one_hint(spec: ProgramSpec, expr: sympy.Expr, value: int, low: int) -> str:
+    """Why a dynamic dim the user did not name (``Dim.AUTO``, ``Dim.DYNAMIC``) refuses 0 or 1: export starts it at
+    2, since it specializes a size of 0 or 1; a batch of one is the common victim. A named ``Dim`` starts where the
+    user said."""
+    if not isinstance(expr, sympy.Symbol) or expr in spec.dim_names or value not in (0, 1) or low != 2:
+        return ""
+    return (
+        f" (export assumes a dynamic dim is never 0 or 1 unless told: to accept {value}, export with "
+        f"Dim('name', min={value}) for this dim)"
+    )
 
 
 def _compiled_stride(

@@ -16,6 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
 from pytest_aoti.cache import PackageCache  # noqa: E402
+from pytest_aoti.dims import ExportCall, dim_names  # noqa: E402
 from pytest_aoti.errors import AOTIInvariantError  # noqa: E402
 from pytest_aoti.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
 from pytest_aoti.strategies import DEFAULT_UNBOUNDED_SPAN, input_shapes  # noqa: E402
@@ -53,6 +54,9 @@ def _check(ep: torch.export.ExportedProgram, *args: torch.Tensor) -> None:
 def test_an_unbounded_dim_has_no_max_and_accepts_any_size_from_its_min(form: str) -> None:
     ep = _export_sin(UNBOUNDED[form]())
     spec = program_spec(ep)
+    named = program_spec(
+        ep, dim_names(ExportCall(Sin(), (torch.randn(4, 3),), {}, {"x": {0: UNBOUNDED[form]()}}), spec)
+    )
     (lows_and_highs,) = spec.ranges.values()
     low, high = lows_and_highs
     assert high is None
@@ -61,8 +65,16 @@ def test_an_unbounded_dim_has_no_max_and_accepts_any_size_from_its_min(form: str
     with pytest.raises(AOTIInvariantError, match=r"dim 1 is static 3"):
         _check(ep, torch.zeros(5, 4))
     if low >= 2:
-        with pytest.raises(AOTIInvariantError, match=rf"outside \[{low}, inf\]"):
-            _check(ep, torch.zeros(low - 1, 3))
+        with pytest.raises(AOTIInvariantError, match=rf"outside \[{low}, inf\]") as refused:
+            check_inputs(named, flatten_inputs(ep.call_spec.in_spec, (torch.zeros(low - 1, 3),), {}), CPU)
+        if form == "Dim('batch', min=2)":  # the user's own minimum: no hint
+            assert str(refused.value).endswith("batch=1 outside [2, inf] (the compiled package was not run)")
+            return
+        # A batch of one refused because export specialized 0 and 1: the message says how to accept it.
+        assert str(refused.value).endswith(
+            "(export assumes a dynamic dim is never 0 or 1 unless told: to accept 1, export with "
+            "Dim('name', min=1) for this dim) (the compiled package was not run)"
+        )
 
 
 def test_a_dim_derived_from_an_unbounded_one() -> None:
