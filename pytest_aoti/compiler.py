@@ -256,6 +256,7 @@ class CompiledModel:
     spec: ProgramSpec = field(repr=False)
     allow_nonfinite: bool = False
     restride_inputs: bool = False
+    allow_out_of_range: bool = False
     inductor_configs: dict[str, Any] = field(default_factory=dict, repr=False)
     # Says what is wrong with the device after a failed call (a CUDA error is sticky), or None when it is healthy.
     health_check: Callable[[], str | None] | None = field(default=None, repr=False)
@@ -277,6 +278,7 @@ class CompiledModel:
         *,
         allow_nonfinite: bool | None = None,
         restride_inputs: bool | None = None,
+        allow_out_of_range: bool | None = None,
     ) -> Any:
         __tracebackhide__ = True
         if self.runner is None:
@@ -287,10 +289,20 @@ class CompiledModel:
             self.allow_nonfinite if allow_nonfinite is None else check_flag(allow_nonfinite, "allow_nonfinite")
         )
         restride = self.restride_inputs if restride_inputs is None else check_flag(restride_inputs, "restride_inputs")
+        out_of_range_ok = (
+            self.allow_out_of_range
+            if allow_out_of_range is None
+            else check_flag(allow_out_of_range, "allow_out_of_range")
+        )
         in_spec = self.exported_program.call_spec.in_spec
         flat_inputs = flatten_inputs(in_spec, args, kwargs or {})
         bound, run_with = check_inputs(
-            self.spec, flat_inputs, self.device, allow_nonfinite=nonfinite_ok, restride=restride
+            self.spec,
+            flat_inputs,
+            self.device,
+            allow_nonfinite=nonfinite_ok,
+            restride=restride,
+            allow_out_of_range=out_of_range_ok,
         )
         # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
         run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
@@ -465,6 +477,25 @@ def _torch_internal_deprecations_silenced() -> Iterator[None]:
         yield
 
 
+_COMPILE_FLAGS = (
+    "strict",
+    "allow_nonfinite",
+    "restride_inputs",
+    "allow_out_of_range",
+    "bundle_io",
+    "allow_specialized_dims",
+)
+
+
+def _exported_for_aoti(call: ExportCall, *, strict: bool, allow_specialized_dims: bool) -> ExportedProgram:
+    """The exported program, once its outputs are ones a package can return and every dim asked to be dynamic is."""
+    exported = export_model(call.module, call.args, call.kwargs, dynamic_shapes=call.dynamic_shapes, strict=strict)
+    _check_tensor_outputs(exported)
+    if not allow_specialized_dims:
+        refuse_specialized(call, program_spec(exported))
+    return exported
+
+
 def compile_model(
     model: Any,
     args: Any,
@@ -477,6 +508,7 @@ def compile_model(
     cache: PackageCache | None = None,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
+    allow_out_of_range: bool = False,
     observers: CallObservers = NO_OBSERVERS,
     bundle_io: bool = False,
     allow_specialized_dims: bool = False,
@@ -489,17 +521,13 @@ def compile_model(
     compiling (:func:`specialized_dims`) unless ``allow_specialized_dims=True``."""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
-    flags = (strict, allow_nonfinite, restride_inputs, bundle_io, allow_specialized_dims)
-    names = ("strict", "allow_nonfinite", "restride_inputs", "bundle_io", "allow_specialized_dims")
-    for flag, name in zip(flags, names, strict=True):
+    flags = (strict, allow_nonfinite, restride_inputs, allow_out_of_range, bundle_io, allow_specialized_dims)
+    for name, flag in zip(_COMPILE_FLAGS, flags, strict=True):
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     call = ExportCall(module, args, kwargs, dynamic_shapes)
-    exported = export_model(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
-    _check_tensor_outputs(exported)
-    if not allow_specialized_dims:
-        refuse_specialized(call, program_spec(exported))
+    exported = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
     key = cache.key_for(exported, configs, device) if cache is not None else None
     package_path, compile_seconds, from_cache = _built_or_cached(
         exported, configs, package_dir, type(module).__name__, cache, key
@@ -518,6 +546,7 @@ def compile_model(
         spec=dataclasses.replace(spec, dim_names=dim_names(call, spec)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
+        allow_out_of_range=allow_out_of_range,
         inductor_configs=dict(inductor_configs or {}),
         health_check=cuda_context_problem if device.type == "cuda" else None,
         observers=observers,

@@ -15,6 +15,7 @@ Invariant = Literal[
     "input_shape",
     "input_stride",
     "input_nonfinite",
+    "input_index",
     "output_device",
     "output_dtype",
     "output_shape",

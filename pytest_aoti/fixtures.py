@@ -127,6 +127,7 @@ def _builder(
     *,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
+    allow_out_of_range: bool = False,
     deploy: DeployRequest | None = None,
 ) -> Callable[..., CompiledModel]:
     """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
@@ -145,6 +146,7 @@ def _builder(
             options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
         options.setdefault("allow_nonfinite", allow_nonfinite)
         options.setdefault("restride_inputs", restride_inputs)
+        options.setdefault("allow_out_of_range", allow_out_of_range)
         from pytest_aoti.benchmark_plugin import device_lock
 
         with device_lock(config, exclusive=False):  # under xdist with benchmarks: no compile while one is timed
@@ -261,6 +263,7 @@ def _per_test_builder(
         record,
         allow_nonfinite=resolved.allow_nonfinite,
         restride_inputs=resolved.restride_inputs,
+        allow_out_of_range=resolved.allow_out_of_range,
         deploy=resolved.deploy,
     )
     for compiled in record:

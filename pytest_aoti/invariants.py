@@ -6,8 +6,10 @@ after it (device, dtype, shape derived from the exported graph's symbolic shapes
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import sympy
@@ -17,6 +19,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
 from pytest_aoti.errors import AOTIInvariantError, Invariant
+from pytest_aoti.torch_private import OpOverload
 
 TreeSpec = pytree.TreeSpec
 
@@ -24,14 +27,26 @@ Dim: TypeAlias = int | sympy.Expr
 
 
 @dataclass(frozen=True)
+class IndexBound:
+    """An integer input whose values index the rows of a table the package reads (an embedding's weight): each must
+    be in ``[0, rows)``. Eager raises IndexError on one outside; the package's own bounds check fails the run with a
+    generic error, aborts the process (inside a parallel CPU kernel), or is a device-side assert on CUDA, which
+    poisons the context."""
+
+    rows: int
+    reader: str  # ``aten.embedding of embed.weight at model.py:12 in forward: return self.embed(ids)``
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """Shape and strides (ints where static, sympy expressions where dynamic) and dtype of one flat input or
-    output."""
+    output; for an input that indexes a table, its bound."""
 
     name: str
     shape: tuple[Dim, ...]
     stride: tuple[Dim, ...]
     dtype: torch.dtype
+    index_bound: IndexBound | None = None
 
 
 @dataclass(frozen=True)
@@ -97,12 +112,121 @@ def program_spec(ep: ExportedProgram, dim_names: dict[sympy.Symbol, str] | None 
             else None
         )
         inputs.append(tensor if tensor is not None else ScalarSpec(spec.arg.name, getattr(spec.arg, "value", None)))
+    bounds = _index_bounds(ep)
+    inputs = [
+        dataclasses.replace(tensor, index_bound=bounds[tensor.name])
+        if isinstance(tensor, TensorSpec) and tensor.name in bounds
+        else tensor
+        for tensor in inputs
+    ]
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = tuple(
         _tensor_spec(f"output {i}", getattr(node, "meta", {}).get("val")) for i, node in enumerate(output_node.args[0])
     )
     ranges = {expr: (_bound(vr.lower) or 0, _bound(vr.upper)) for expr, vr in ep.range_constraints.items()}
     return ProgramSpec(tuple(inputs), outputs, ranges, dict(dim_names or {}))
+
+
+# Ops that hand on every value of their input unchanged (a view, a copy, an integer cast): an index that reaches a
+# table through them is the user's input itself. A slice, a select or arithmetic is not one: the values the table
+# sees are then not the input's.
+_SAME_VALUES = frozenset(
+    {
+        "aten::view",
+        "aten::reshape",
+        "aten::_unsafe_view",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::flatten",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::permute",
+        "aten::transpose",
+        "aten::t",
+        "aten::expand",
+        "aten::alias",
+        "aten::detach",
+        "aten::_to_copy",
+        "aten::to",
+        "aten::lift_fresh_copy",
+    }
+)
+
+
+def _integer(node: Any) -> bool:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
+
+
+def _user_input_behind(node: Any, user_inputs: set[str]) -> str | None:
+    """The user input whose values ``node`` holds unchanged, if it is one behind views, copies and integer casts."""
+    while isinstance(node, torch.fx.Node) and _integer(node):
+        if node.op == "placeholder":
+            return node.name if node.name in user_inputs else None
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload):
+            return None
+        if target._schema.name not in _SAME_VALUES or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def _index_bounds(ep: ExportedProgram) -> dict[str, IndexBound]:
+    """The user inputs that ``aten.embedding`` reads as row indices of a weight the package holds (a parameter,
+    buffer or constant of static size), each with the tightest such bound."""
+    from pytest_aoti.provenance import torch_install_dir, user_line
+
+    signature = ep.graph_signature
+    user_inputs = {spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT}
+    tables = {
+        spec.arg.name: spec.target
+        for spec in signature.input_specs
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and spec.target
+    }
+    bounds: dict[str, IndexBound] = {}
+    torch_dir = torch_install_dir()
+    for node in ep.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload):
+            continue
+        if target._schema.name != "aten::embedding" or len(node.args) < 2:
+            continue
+        weight, indices = node.args[0], node.args[1]
+        if not isinstance(weight, torch.fx.Node) or weight.name not in tables:
+            continue
+        rows = weight.meta["val"].shape[0] if isinstance(weight.meta.get("val"), torch.Tensor) else None
+        source = _user_input_behind(indices, user_inputs)
+        if source is None or not isinstance(rows, int):
+            continue
+        line = user_line(node.meta.get("stack_trace") or "", torch_dir)
+        reader = f"aten.embedding of {tables[weight.name]}" + (f" at {line.describe(Path.cwd())}" if line else "")
+        if source not in bounds or rows < bounds[source].rows:
+            bounds[source] = IndexBound(rows, reader)
+    return bounds
+
+
+def _check_index_bound(index: int, spec: TensorSpec, value: torch.Tensor) -> None:
+    __tracebackhide__ = True
+    bound = spec.index_bound
+    if bound is None or value.numel() == 0:
+        return
+    bad = (value < 0) | (value >= bound.rows)
+    count = int(bad.sum().item())
+    if count == 0:
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    raise _input_error(
+        "input_index",
+        index,
+        spec,
+        f"row indices in [0, {bound.rows})",
+        f"{count} value(s) of {value.numel()} outside (min {int(value.min())}, max {int(value.max())})",
+        f"first at index {first}: {int(value[first])}; it indexes the {bound.rows} rows read by {bound.reader}. "
+        "Eager raises IndexError here; the package's own bounds check fails the run, or aborts the whole process "
+        "(inside a parallel kernel; a device-side assert on CUDA). Mark the test "
+        "@pytest.mark.aoti(allow_out_of_range=True) to pass it to the package anyway",
+    )
 
 
 def _fmt_shape(shape: Sequence[Dim]) -> str:
@@ -226,6 +350,7 @@ def check_inputs(
     *,
     allow_nonfinite: bool = False,
     restride: bool = False,
+    allow_out_of_range: bool = False,
 ) -> tuple[dict[sympy.Symbol, int], list[Any]]:
     """Raise :class:`AOTIInvariantError` for the first input the package would not accept, or would read wrongly.
 
@@ -263,6 +388,8 @@ def check_inputs(
             ).copy_(value)
         if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
             _check_finite("input", index, expected.name, value)
+        if not allow_out_of_range:
+            _check_index_bound(index, expected, value)
     return bound, run_with
 
 
@@ -469,12 +596,15 @@ def _dim_text(dim: Dim) -> str | int:
 def _tensor_json(spec: TensorSpec | None) -> dict[str, Any] | None:
     if spec is None:
         return None
-    return {
+    record: dict[str, Any] = {
         "name": spec.name,
         "shape": [_dim_text(d) for d in spec.shape],
         "stride": [_dim_text(d) for d in spec.stride],
         "dtype": str(spec.dtype).removeprefix("torch."),
     }
+    if spec.index_bound is not None:
+        record["index_bound"] = {"rows": spec.index_bound.rows, "reader": spec.index_bound.reader}
+    return record
 
 
 def spec_to_json(spec: ProgramSpec) -> dict[str, Any]:
@@ -519,8 +649,13 @@ def spec_from_json(data: dict[str, Any]) -> ProgramSpec:
         if entry is None:
             return None
         dtype = getattr(torch, entry["dtype"])
+        bound = entry.get("index_bound")
         return TensorSpec(
-            entry["name"], tuple(dim(d) for d in entry["shape"]), tuple(dim(d) for d in entry["stride"]), dtype
+            entry["name"],
+            tuple(dim(d) for d in entry["shape"]),
+            tuple(dim(d) for d in entry["stride"]),
+            dtype,
+            IndexBound(int(bound["rows"]), str(bound["reader"])) if bound else None,
         )
 
     inputs: list[TensorSpec | ScalarSpec] = []

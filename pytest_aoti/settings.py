@@ -380,7 +380,9 @@ def _aoti_ima_signature(
 def _aoti_isolate_signature(*, timeout: float | None = None) -> None: ...
 
 
-def _aoti_signature(*, allow_nonfinite: bool = False, restride_inputs: bool = False) -> None: ...
+def _aoti_signature(
+    *, allow_nonfinite: bool = False, restride_inputs: bool = False, allow_out_of_range: bool = False
+) -> None: ...
 
 
 def _aoti_deploy_signature(
@@ -429,8 +431,9 @@ MARKERS = {
     "`threads` threads x `calls` calls with num_runners runners, a weight swap through load_constants and back "
     "(weights=True), a CUDA graph capture and replay (cuda_graph=True), each dynamic dim at its min, max, 1 and 2 "
     "against eager (probe_dims=True), on every visible GPU, loaded with each device_index (device_matrix=True)",
-    "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False): per-test settings of the aoti fixtures: accept "
-    "NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones instead of failing",
+    "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False, allow_out_of_range=False): per-test settings of "
+    "the aoti fixtures: accept NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones "
+    "instead of failing; let embedding indices outside the table reach the package (whose bounds check aborts)",
 }
 _SIGNATURES: dict[str, Callable[..., None]] = {
     "aoti_ima": _aoti_ima_signature,
@@ -450,6 +453,7 @@ class ItemSettings:
     isolate_timeout: float
     allow_nonfinite: bool
     restride_inputs: bool
+    allow_out_of_range: bool = False
     deploy: DeployRequest = DeployRequest()
 
 
@@ -557,6 +561,7 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
         isolate_timeout=isolate_timeout if isolate_timeout is not None else settings.rerun_timeout,
         allow_nonfinite=_flag(aoti_args.get("allow_nonfinite", False), where, "allow_nonfinite"),
         restride_inputs=_flag(aoti_args.get("restride_inputs", False), where, "restride_inputs"),
+        allow_out_of_range=_flag(aoti_args.get("allow_out_of_range", False), where, "allow_out_of_range"),
         deploy=deploy,
     )
 

@@ -261,6 +261,35 @@ def test_bad_shape_in_more_inputs(aoti_check):
 class IntOutput(torch.nn.Module):
     def forward(self, x):
         return x * 2, 3
+
+
+class Lookup(torch.nn.Module):
+    # Token ids into a 10-row table, through a cast: the ids are held to the table's rows before the package runs.
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 2)
+
+    def forward(self, ids):
+        return self.table(ids.long()) * 2
+
+
+def _ids(*values):
+    return torch.tensor([values], dtype=torch.int32)
+
+
+def test_index_outside_the_table(aoti_compile):
+    compiled = aoti_compile(Lookup(), (_ids(1, 2, 3),))
+    compiled(_ids(1, 2, 3))
+    compiled(_ids(1, 12, 3))
+
+
+@pytest.mark.aoti(allow_out_of_range=True)
+def test_index_outside_the_table_let_through(aoti_compile):
+    # What the check spares the run: the package's own bounds check. On three ids it fails the run with its own
+    # error (inside a parallel kernel it aborts the process; on CUDA it is a device-side assert).
+    compiled = aoti_compile(Lookup(), (_ids(1, 2, 3),))
+    with pytest.raises(RuntimeError, match="index out of bounds: 0 <= tmp"):
+        compiled(_ids(1, 12, 3))
 """
 
 
@@ -277,7 +306,7 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     result = run_pytest("-p", "no:logging", "-rA")
     # Loaded packages are released at the end of each test and extracted under pytest's tmp dirs: nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(passed=12, failed=25)
+    result.assert_outcomes(passed=13, failed=26)
 
     # Unbounded dims of every form, and a dim derived from one, compile, check and run.
     for form in ("unbounded", "AUTO"):
@@ -289,6 +318,16 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
         result, "test_string_flag_refused_at_compile"
     )
     assert "more_inputs: expected a list of input sets" in _failure(result, "test_more_inputs_not_a_list")
+    # An id outside the embedding's table, through a cast: refused before the package, naming the table and line.
+    assert (
+        "input 0 ('ids'): index invariant violated: expected row indices in [0, 10), got 1 value(s) of 3 outside "
+        "(min 1, max 12); first at index (0, 1): 12; it indexes the 10 rows read by aten.embedding of table.weight "
+        "at test_user.py:"
+    ) in _failure(result, "test_index_outside_the_table")
+    assert "in forward: return self.table(ids.long()) * 2. Eager raises IndexError here" in _failure(
+        result, "test_index_outside_the_table"
+    )
+    assert "PASSED test_user.py::test_index_outside_the_table_let_through" in result.stdout.str()
     assert "rtol: expected a finite number >= 0, got str 'a'" in _failure(result, "test_bad_tolerance")
     assert "more_inputs[1]: input 0 ('x'): shape invariant violated" in _failure(
         result, "test_bad_shape_in_more_inputs"

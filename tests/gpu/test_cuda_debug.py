@@ -296,6 +296,7 @@ def test_out_of_range_embedding_index_names_the_bad_value(pytester: pytest.Pytes
                 return self.table(ids) * 2
 
         @pytest.mark.aoti_ima
+        @pytest.mark.aoti(allow_out_of_range=True)  # past the input check, to the device-side assert
         def test_embedding(aoti_compile, aoti_device):
             compiled = aoti_compile(Embed(), (torch.randint(0, 100, (4, 8)),))
             compiled(torch.full((4, 8), 5000, dtype=torch.int64, device=aoti_device))
@@ -370,6 +371,7 @@ def test_numerics_names_the_divergent_triton_kernel(pytester: pytest.Pytester, r
 
 
 DEVICE_ASSERT_THEN_HEALTHY = """
+import pytest
 import torch
 
 from gpu_models import MLP
@@ -384,6 +386,13 @@ class Embed(torch.nn.Module):
         return self.table(ids) * 2
 
 
+def test_embedding_checked(aoti_compile, aoti_device):
+    # Without the marker the input check refuses the id: the package never runs, the context stays healthy.
+    compiled = aoti_compile(Embed(), (torch.randint(0, 100, (4, 8)),))
+    compiled(torch.full((4, 8), 5000, dtype=torch.int64, device=aoti_device))
+
+
+@pytest.mark.aoti(allow_out_of_range=True)  # past the input check, to the device-side assert
 def test_embedding(aoti_compile, aoti_device):
     compiled = aoti_compile(Embed(), (torch.randint(0, 100, (4, 8)),))
     compiled(torch.full((4, 8), 5000, dtype=torch.int64, device=aoti_device))
@@ -407,15 +416,18 @@ def test_device_assert_under_plain_aoti_debug_ends_only_its_test(
     _write(pytester, DEVICE_ASSERT_THEN_HEALTHY)
     result = run_pytest("-p", "no:logging", "--aoti-debug", "--junitxml=report.xml")
     _keep("device_assert_plain_debug", result)
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     text = result.stdout.str()
     assert "crash guard: one xdist worker" in text
+    assert "input 0 ('ids'): index invariant violated: expected row indices in [0, 100), got 32 value(s)" in text
+    assert "the failure is an input check raised before the package ran; a debug rerun cannot tell more" in text
     assert "device-side assert `index out of bounds: 0 <= tmp" in text
     # The exception the test raised and the rerun's abort are one CUDA error.
     assert "not the test's failure" not in text
     assert "at test_user.py:" in text and "in forward: return self.table(ids) * 2" in text
     cases = junit_cases(pytester.path / "report.xml")
-    assert set(cases) == {"test_embedding", "test_cuda_after", "test_cpu_after"}
+    assert set(cases) == {"test_embedding_checked", "test_embedding", "test_cuda_after", "test_cpu_after"}
+    assert cases["test_embedding_checked"]["outcomes"] == ["failure"]
     assert cases["test_embedding"]["outcomes"] == ["failure"]
     # The device of the failed test (its worker crashed, or its context was poisoned) and of the test after it (in a
     # fresh subprocess), for JUnit consumers that group by device.

@@ -3,6 +3,8 @@ dynamic-dim names."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,7 +13,7 @@ from torch.export import Dim  # noqa: E402
 
 from pytest_aoti.dims import ExportCall, dim_names  # noqa: E402
 from pytest_aoti.errors import AOTIInvariantError  # noqa: E402
-from pytest_aoti.invariants import check_inputs, flatten_inputs, program_spec  # noqa: E402
+from pytest_aoti.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -100,3 +102,57 @@ def test_dynamic_dims_carry_the_users_names() -> None:
         check_inputs(spec, [torch.randn(17, 3), torch.randn(34, 3)], CPU)
     with pytest.raises(AOTIInvariantError, match=r"expected \(2\*batch, 3\), got \(9, 3\)"):
         check_inputs(spec, [torch.randn(4, 3), torch.randn(9, 3)], CPU)
+
+
+class _Tables(torch.nn.Module):
+    """Token ids read by two tables (the tighter one bounds them), through a view; positions computed from the
+    ids (arithmetic) and a slice of them are not the input's values and get no bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words = torch.nn.Embedding(100, 4)
+        self.types = torch.nn.Embedding(10, 4)
+        self.shifted = torch.nn.Embedding(5, 4)
+
+    def forward(self, ids: torch.Tensor, other: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        return (
+            self.words(flat).sum()
+            + self.types(ids).sum()
+            + self.shifted(other % 5).sum()
+            + self.shifted(head[:, :1]).sum()
+        )
+
+
+def _ids(*values: int) -> torch.Tensor:
+    return torch.tensor([values])
+
+
+def test_an_input_that_indexes_a_table_is_held_to_its_rows() -> None:
+    from pytest_aoti.invariants import spec_from_json, spec_to_json
+
+    ep = torch.export.export(_Tables(), (_ids(1, 2), _ids(7, 9), _ids(1, 9)))
+    spec = program_spec(ep)
+    ids, other, head = spec.inputs
+    assert isinstance(ids, TensorSpec) and ids.index_bound is not None
+    assert ids.index_bound.rows == 10  # words has 100 rows, types 10
+    assert ids.index_bound.reader.startswith("aten.embedding of types.weight at ")
+    assert ids.index_bound.reader.endswith("in forward: + self.types(ids).sum()")
+    assert isinstance(other, TensorSpec) and other.index_bound is None  # other % 5: arithmetic
+    assert isinstance(head, TensorSpec) and head.index_bound is None  # head[:, :1]: only part of it is read
+
+    def check(spec: object, *values: torch.Tensor, **options: bool) -> None:
+        check_inputs(spec, flatten_inputs(ep.call_spec.in_spec, values, {}), CPU, **options)  # type: ignore[arg-type]
+
+    check(spec, _ids(0, 9), _ids(70, -3), _ids(1, 99))
+    for bad, first in ((_ids(3, 10), "(0, 1): 10"), (_ids(-1, 2), "(0, 0): -1")):
+        with pytest.raises(AOTIInvariantError) as refused:
+            check(spec, bad, _ids(1, 2), _ids(1, 2))
+        assert refused.value.invariant == "input_index"
+        assert "expected row indices in [0, 10), got 1 value(s) of 2 outside" in str(refused.value)
+        assert f"first at index {first}" in str(refused.value)
+        assert "@pytest.mark.aoti(allow_out_of_range=True)" in str(refused.value)
+    check(spec, _ids(3, 10), _ids(1, 2), _ids(1, 2), allow_out_of_range=True)
+    # A package that verifies itself on the deployment machine carries the bound.
+    with pytest.raises(AOTIInvariantError, match="index invariant violated"):
+        check(spec_from_json(json.loads(json.dumps(spec_to_json(spec)))), _ids(3, 10), _ids(1, 2), _ids(1, 2))
