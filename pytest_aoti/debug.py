@@ -79,6 +79,7 @@ class Verdict:
     runtime_check: str | None = None
     cuda_error: str | None = None
     device_assert: str | None = None
+    bounds_check: str | None = None  # a CPU kernel's failed index check (the device-side assert's CPU twin)
     suspect_inputs: list[kernel_log.TensorStats] = field(default_factory=list)
     phase: str | None = None
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
@@ -234,6 +235,7 @@ class StagePipeline:
         verdict.runtime_check = kernel_log.runtime_check_error(log)
         verdict.cuda_error = kernel_log.cuda_error(log)
         verdict.device_assert = kernel_log.device_assert(log)
+        verdict.bounds_check = kernel_log.bounds_check(log)
         if first.outcome is Outcome.TIMED_OUT and later_stages:
             self.stopped = True
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
@@ -259,6 +261,7 @@ class StagePipeline:
         if verdict.suspect_kernel is not None:
             verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
         verdict.device_assert = verdict.device_assert or kernel_log.device_assert(log)
+        verdict.bounds_check = verdict.bounds_check or kernel_log.bounds_check(log)
         verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(log)
         verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(log)
         verdict.phase = verdict.phase or second.phase

@@ -168,6 +168,19 @@ def device_assert(log: str) -> str | None:
     return match.group("condition").strip() if match else None
 
 
+# Inductor's CPU kernels check an index with TORCH_CHECK. AOTI prints the c10::Error as ``Error: index out of bounds:
+# 0 <= tmp3 < 10L`` when the run fails with it, and C++'s terminate prints ``what():  index out of bounds: …`` when it
+# escaped a parallel region and aborted the process.
+_BOUNDS_CHECK = re.compile(r"(?:what\(\):|^Error:)[ \t]*(?P<condition>index out of bounds: [^\n]*)", re.MULTILINE)
+
+
+def bounds_check(log: str) -> str | None:
+    """The condition of the first failed index check of a CPU kernel, e.g. ``index out of bounds: 0 <= tmp2 < 100``
+    (C++'s ``L`` suffix dropped)."""
+    match = _BOUNDS_CHECK.search(log)
+    return re.sub(r"(\d)L\b", r"\1", match.group("condition").strip()) if match else None
+
+
 def asserted_bounds(condition: str | None) -> tuple[int, int] | None:
     """``(low, high)`` of a ``low <= x < high`` device assert (an index check), if the condition is one."""
     match = _BOUNDS.search(condition or "")

@@ -47,6 +47,12 @@ class KernelSource:
     name: str
     nodes: tuple[str, ...]
     lines: tuple[SourceLine, ...]
+    # The lines of its nodes that read a table by index (an embedding, a gather): where an index check fails.
+    index_lines: tuple[SourceLine, ...] = ()
+
+
+# Graph node names (the op's name, numbered: ``embedding_2``) of the ops an out-of-bounds index check guards.
+_INDEX_READ = re.compile(r"(embedding|index_select|index|gather|take)(_\d+)?$")
 
 
 def torch_install_dir() -> str | None:
@@ -90,11 +96,14 @@ def read_kernel_sources(package: Path, node_traces: Mapping[str, str] | None = N
         if not traces:
             traces = entry.get("stack_traces", ())
         lines = [user_line(trace, torch_dir) for trace in traces if isinstance(trace, str)]
+        index_traces = [node_traces[n] for n in nodes if node_traces and n in node_traces and _INDEX_READ.match(n)]
+        index_lines = [user_line(trace, torch_dir) for trace in index_traces]
         sources.append(
             KernelSource(
                 key.rsplit(":", 1)[0],
                 tuple(str(node) for node in nodes),
                 tuple(dict.fromkeys(line for line in lines if line is not None)),
+                tuple(dict.fromkeys(line for line in index_lines if line is not None)),
             )
         )
     return sources
@@ -111,11 +120,15 @@ def launch_of(sources: list[KernelSource], kernel: str, occurrence: int = 1) -> 
     return None
 
 
-def where(source: KernelSource, relative_to: Path | None = None, limit: int = 2) -> str:
-    """``at model.py:42 in forward: h = …`` for a kernel, or which op it runs when no user line is known."""
-    if source.lines:
-        shown = "; ".join(line.describe(relative_to) for line in source.lines[:limit])
-        more = f" (and {len(source.lines) - limit} more)" if len(source.lines) > limit else ""
+def where(source: KernelSource, relative_to: Path | None = None, limit: int = 2, *, indexing: bool = False) -> str:
+    """``at model.py:42 in forward: h = …`` for a kernel, or which op it runs when no user line is known;
+    ``indexing``: its index reads' lines first (it failed an index check)."""
+    lines = source.lines
+    if indexing and source.index_lines:
+        lines = (*source.index_lines, *(line for line in source.lines if line not in source.index_lines))
+    if lines:
+        shown = "; ".join(line.describe(relative_to) for line in lines[:limit])
+        more = f" (and {len(lines) - limit} more)" if len(lines) > limit else ""
         return f"at {shown}{more}"
     ops = ", ".join(source.nodes) or source.name
     return f"no source line recorded (op: {ops})"

@@ -28,9 +28,15 @@ def _where(stats: kernel_log.TensorStats) -> str:
 
 
 def _at(verdict: Verdict, role: str) -> str:
-    """`` at model.py:42 in forward: h = …`` for the kernel the verdict names in ``role``, or nothing."""
+    """`` at model.py:42 in forward: h = …`` for the kernel the verdict names in ``role``, or nothing. When the kernel
+    failed an index check, the lines of its index reads (an embedding's lookup) come first: the check is theirs."""
     source = verdict.sources.get(role)
-    return f" {provenance.where(source, verdict.source_root)}" if source is not None else ""
+    return f" {_source_of(verdict, role, source)}" if source is not None else ""
+
+
+def _source_of(verdict: Verdict, role: str, source: provenance.KernelSource) -> str:
+    indexing = role == "suspect" and kernel_log.asserted_bounds(verdict.device_assert or verdict.bounds_check)
+    return provenance.where(source, verdict.source_root, indexing=indexing is not None)
 
 
 # Which named kernel's source line is the answer, most specific first.
@@ -42,7 +48,7 @@ def source_line(verdict: Verdict) -> str | None:
     for role in _SOURCE_ROLES:
         source = verdict.sources.get(role)
         if source is not None:
-            return f"{source.name}: {provenance.where(source, verdict.source_root)}"
+            return f"{source.name}: {_source_of(verdict, role, source)}"
     return None
 
 
@@ -53,6 +59,8 @@ def _cause(verdict: Verdict) -> str | None:
     """The specific reason the package failed, when the logs tell one."""
     if verdict.device_assert:
         return f"device-side assert `{verdict.device_assert}`"
+    if verdict.bounds_check:
+        return f"kernel bounds check `{verdict.bounds_check}`"
     if verdict.nan_assert:
         return f"NaN assert: {verdict.nan_assert}"
     return verdict.cuda_error
@@ -64,7 +72,7 @@ def _stats_text(block: kernel_log.TensorStats) -> str:
 
 def bad_values(verdict: Verdict) -> list[str]:
     """The suspect kernel's inputs that explain the failure: outside an asserted range, or not finite."""
-    bounds = kernel_log.asserted_bounds(verdict.device_assert)
+    bounds = kernel_log.asserted_bounds(verdict.device_assert or verdict.bounds_check)
     facts = []
     for block in verdict.suspect_inputs:
         if kernel_log.out_of_range(block, bounds):
@@ -201,6 +209,8 @@ def headline(verdict: Verdict) -> str:
     parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
     if verdict.device_assert and verdict.device_assert not in described:
         parts.append(f"device-side assert `{verdict.device_assert}`")
+    if verdict.bounds_check and verdict.bounds_check not in described:
+        parts.append(f"kernel bounds check `{verdict.bounds_check}`")
     if verdict.sanitizer is not None:
         parts.append(f"compute-sanitizer: {verdict.sanitizer.describe()}")
     if verdict.nan_assert and verdict.nan_assert not in described:
@@ -268,6 +278,7 @@ def section_text(verdict: Verdict) -> str:
         )
     for label, signal_text in (
         ("device-side assert", verdict.device_assert),
+        ("kernel bounds check", verdict.bounds_check),
         ("NaN assert", verdict.nan_assert),
         ("runtime input check", verdict.runtime_check),
         ("CUDA error", verdict.cuda_error),

@@ -198,6 +198,51 @@ def test_a_device_assert_verdict_names_the_bad_input_value(tmp_path: Path) -> No
     assert "bad input: arg3_1" in section_text(verdict)
 
 
+# A CPU kernel's failed index check, as the kernels stage logged it for a BERT token id of 5000 (its fused embedding
+# kernel ran in a parallel region, so the c10::Error aborted the process), and as a small kernel fails the run.
+_CPU_ABORT_LOG = """[ before_launch: cpp_fused_add_embedding_native_layer_norm_0 ]
+terminate called after throwing an instance of 'c10::Error'
+  what():  index out of bounds: 0 <= tmp2 < 100L
+Exception raised from cpp_fused_add_embedding_native_layer_norm_0 at /tmp/x/cb7t.kernel.cpp:39 (most recent call first):
+"""
+_CPU_ERROR_LOG = "Error: index out of bounds: 0 <= tmp3 < 10L\nException raised from cpp_fused__to_copy_embedding_mul_0"
+
+
+def test_a_cpu_bounds_check_verdict_names_the_bad_input_and_the_lookup_line(tmp_path: Path) -> None:
+    from pytest_aoti.provenance import KernelSource, SourceLine
+
+    assert kernel_log.bounds_check(_CPU_ERROR_LOG) == "index out of bounds: 0 <= tmp3 < 10"
+    kernel = "cpp_fused_add_embedding_native_layer_norm_0"
+    stats = kernel_log.tensor_stats(
+        _stats_log(
+            ("aoti_model_inputs - arg41_1", "1", "5000", "210.188"),
+            (f"before_launch - {kernel} - arg41_1", "1", "5000", "210.188"),
+        )
+    )
+    add = SourceLine("bert.py", 105, "forward", "embeddings = embeddings + position_embeddings")
+    lookup = SourceLine("bert.py", 100, "forward", "inputs_embeds = self.word_embeddings(input_ids)")
+    verdict = Verdict(
+        "t.py::test",
+        stages=[_run(tmp_path, "kernels", "crashed", log=_CPU_ABORT_LOG, signal_name="SIGABRT")],
+        died_in=kernel,
+        bounds_check=kernel_log.bounds_check(_CPU_ABORT_LOG),
+        suspect_inputs=kernel_log.kernel_inputs(stats, kernel),
+        sources={"suspect": KernelSource(kernel, ("add_1", "embedding"), (add, lookup), (lookup,))},
+    )
+    text = headline(verdict)
+    # The lookup's line comes first (the check is its), the bad input and the check follow.
+    assert f"in kernel {kernel} (before_launch with no after_launch) at bert.py:100 in forward: inputs_embeds" in text
+    assert (
+        f"bad input arg41_1 (min 1, max 5000, mean 210.188, size [8]) into {kernel}: outside the asserted range "
+        "[0, 100)" in text
+    )
+    assert text.endswith("kernel bounds check `index out of bounds: 0 <= tmp2 < 100`; consistent (1 of 1 rerun)")
+    assert "kernel bounds check: index out of bounds: 0 <= tmp2 < 100" in section_text(verdict)
+    # Without a failed index check, the kernel's lines keep their order.
+    verdict.bounds_check = None
+    assert "at bert.py:105 in forward: embeddings = embeddings + position_embeddings" in headline(verdict)
+
+
 def test_a_nan_verdict_leads_with_the_nan_assert_not_the_wrapper_error(tmp_path: Path) -> None:
     evidence = (Path(__file__).parents[2] / "docs" / "gpu-evidence" / "nan_inside.txt").read_text()
     run = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, input_handles...")
