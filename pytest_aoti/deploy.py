@@ -31,6 +31,27 @@ _MISSING_OP = re.compile(
 )
 
 
+# A package's input and output specs name each pytree node type (a Hugging Face ModelOutput, a registered
+# dataclass); the loader rebuilds one only where the module that registers it was imported.
+_UNREGISTERED_TYPE = re.compile(r"Deserializing (?P<type>[\w.]+) in pytree is not registered")
+
+
+def unregistered_type_explanation(text: str) -> str | None:
+    """Why a package fails where the module that registers its inputs' or outputs' pytree type is not imported, and
+    what a deployment does about it; None when ``text`` shows no such failure."""
+    match = _UNREGISTERED_TYPE.search(text)
+    if match is None:
+        return None
+    name = match.group("type")
+    module = name.rsplit(".", 1)[0] if "." in name else name
+    return (
+        f"its inputs or outputs are a {name}, a pytree type that module {module} registers with torch; the "
+        f"loader rebuilds it only where that module is imported. A deployment must import {module} before "
+        "calling the package, or the model should return plain tuples, lists and dicts (return_dict=False for a "
+        "Hugging Face model)"
+    )
+
+
 _MATRIX_TIMEOUT = 900.0  # seconds for all GPUs of the device matrix: each loads and runs the package once
 _CAUGHT_IN_AOTI = re.compile(r"Exception in aoti_torch: (.+)")
 
@@ -117,6 +138,12 @@ def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any],
             f"standalone: the package does not run in a fresh interpreter: it calls custom op(s) {needs}, which a "
             "deployment must import (or load) before loading the package (a Python custom op needs Python and that "
             "module where the package runs; a C++ deployment needs the op registered in C++, TORCH_LIBRARY)\n"
+            f"the fresh interpreter said: {said}"
+        )
+    unregistered = unregistered_type_explanation(text)
+    if unregistered is not None:
+        raise AOTIDeployError(
+            f"standalone: the package does not run in a fresh interpreter: {unregistered}\n"
             f"the fresh interpreter said: {said}"
         )
     raise AOTIDeployError(f"standalone: the package does not run in a fresh interpreter; it said: {said}")
