@@ -6,7 +6,8 @@ percent of their elements, and ``torch.testing.assert_close``'s bfloat16 default
 a mismatch. Inductor's own accuracy checks (``torch._dynamo.utils.same`` with an fp64 reference, the rule of
 torchbench's accuracy runs) settle it with a float64 run of the model: the compiled output passes when its RMSE to the
 float64 output is at most 3x eager's for bfloat16/float16 (2x otherwise), plus 1e-5. A wrong kernel is far from the
-float64 run; a rounding that differs is not.
+float64 run; a rounding that differs is not. The float64 run is made twice: a model whose output moves from call to
+call (Python state read and updated in forward) has no reference, and is not judged.
 
 ``aoti_check`` asks this judge only when the test gave no tolerance (explicit ``rtol``/``atol`` are held strictly)
 and only about what ``assert_close`` rejected.
@@ -61,6 +62,15 @@ def _close(actual: Any, expected: Any) -> bool:
     return True
 
 
+def _same_run(first: list[Any], second: list[Any]) -> bool:
+    """Whether two float64 runs agree, up to the order of a parallel reduction (atomics on CUDA)."""
+    try:
+        torch.testing.assert_close(first, second, rtol=1e-9, atol=1e-12, equal_nan=True)
+    except AssertionError:
+        return False
+    return True
+
+
 def _path(keys: Any) -> str:
     return pytree.keystr(keys) or "output"
 
@@ -90,11 +100,20 @@ def judge(actual: Any, expected: Any, reference: Callable[[], Any]) -> Judgement
             )
     try:
         flat_reference, reference_spec = pytree.tree_flatten(reference())
+        # Run twice: a model whose output moves from call to call (a Python counter, a cache read in forward)
+        # gives no reference, and its first extra call would already differ from the call eager made.
+        again, _ = pytree.tree_flatten(reference())
     except Exception as error:  # the model's own code: any failure means no reference, not a test error
         why = f"{type(error).__name__}: {error}"
         return Judgement(False, f"float64 reference: the model did not run in float64 ({why})")
     if reference_spec != expected_spec:
         return Judgement(False, "float64 reference: the float64 run returned other outputs")
+    if not _same_run(flat_reference, again):
+        return Judgement(
+            False,
+            "float64 reference: not consulted (two float64 runs of the model differ: its output changes from call to "
+            "call, e.g. Python state the model reads and updates in forward)",
+        )
     by_path = {pytree.keystr(keys): index for index, (keys, _) in enumerate(flat_actual)}
     accepted, lines = True, []
     for keys, got, want in differing:

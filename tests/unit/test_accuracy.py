@@ -76,3 +76,29 @@ def test_the_float64_run_leaves_the_model_as_it_was() -> None:
     reference = float64_outputs(model, (x,), {})
     assert reference["out"].dtype == torch.float64
     assert all(parameter.dtype == torch.bfloat16 for parameter in model.parameters())
+
+
+class _Counter(torch.nn.Module):
+    """Python state read and updated in forward: each call computes something else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.lin(x) * (-1) ** self.calls  # a sign that flips on every call
+
+
+def test_a_model_whose_output_moves_between_calls_is_not_judged() -> None:
+    """The package computes what the first call traced (calls=1), eager its second call (calls=2): a single float64
+    run (calls=3) would side with the package here, so the judge must not run at all."""
+    torch.manual_seed(0)
+    model, x = _Counter(), torch.randn(4, 8)
+    with torch.no_grad():
+        package = model(x)
+        eager = model(x)
+    judgement = judge(package, eager, lambda: float64_outputs(model, (x,), {}))
+    assert not judgement.accepted
+    assert "two float64 runs of the model differ" in judgement.text
