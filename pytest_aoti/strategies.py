@@ -156,13 +156,19 @@ def _materialize(spec: ProgramSpec, draw: InputDraw, device: torch.device) -> li
         if isinstance(tensor, ScalarSpec) or shape is None:
             values.append(tensor.value if isinstance(tensor, ScalarSpec) else None)
             continue
-        values.append(_fill(tensor.dtype, shape, draw.fill, generator).to(device))
+        rows = tensor.index_bound.rows if tensor.index_bound is not None else None
+        values.append(_fill(tensor.dtype, shape, draw.fill, generator, rows).to(device))
     return values
 
 
-def _fill(dtype: torch.dtype, shape: tuple[int, ...], fill: str, generator: torch.Generator) -> torch.Tensor:
+def _fill(
+    dtype: torch.dtype, shape: tuple[int, ...], fill: str, generator: torch.Generator, rows: int | None = None
+) -> torch.Tensor:
+    """Values for one input; ``rows``: it indexes a table of that many rows (an embedding's ids), so each is a row."""
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=generator).bool()
+    if rows is not None:
+        return torch.randint(0, rows, shape, generator=generator).to(dtype)
     if not (dtype.is_floating_point or dtype.is_complex):
         return torch.randint(-8, 8, shape, generator=generator).to(dtype)
     if fill == "zeros":
@@ -186,6 +192,7 @@ def dynamic_inputs(
     """Inputs for ``compiled`` over its dynamic-shape ranges, on its device, in its dtypes; non-tensor inputs take
     the value export baked in, keyword inputs come in ``drawn.kwargs``.
 
+    Integer inputs an embedding reads hold row indices of its table; other integers range over [-8, 8).
     ``fills`` picks how float values are made: ``normal`` (finite, the default), ``zeros``, ``large`` (|x| ~ 1e4),
     ``nan``/``inf`` (one injected value, for NaN-handling tests). Dims without a max (``Dim("batch")``,
     ``Dim.DYNAMIC``, ``Dim.AUTO``) range over ``[min, min + unbounded_span]``; no tensor holds more than

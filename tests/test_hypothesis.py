@@ -156,3 +156,30 @@ def test_drawn_shapes_stay_inside_the_compiled_ranges(spec: ProgramSpec, data: s
     # The invariant checker (the package's own gate) accepts every drawn shape.
     meta = [torch.empty(shape, device="meta") for shape in shapes]
     check_inputs(spec, meta, torch.device("meta"), allow_nonfinite=True)
+
+
+class _Lookup(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 2)
+
+    def forward(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return self.table(ids).sum() + counts.sum()
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_drawn_ids_index_the_table_they_feed(data: st.DataObject) -> None:
+    """An embedding's ids are drawn inside its table (the input check refuses any other), other integers as before."""
+    from pytest_aoti.invariants import program_spec
+    from pytest_aoti.strategies import InputDraw, _materialize
+
+    batch = torch.export.Dim("batch", min=1, max=64)
+    example = (torch.zeros(3, 5, dtype=torch.int64), torch.zeros(3, dtype=torch.int32))
+    ep = torch.export.export(_Lookup(), example, dynamic_shapes={"ids": {0: batch}, "counts": {0: batch}})
+    spec = program_spec(ep)
+    shapes = data.draw(input_shapes(spec, unbounded_span=16))
+    ids, counts = _materialize(spec, InputDraw(shapes, data.draw(st.integers(0, 2**16)), "normal"), torch.device("cpu"))
+    assert ids.numel() == 0 or (int(ids.min()) >= 0 and int(ids.max()) < 10)
+    assert counts.dtype == torch.int32
+    check_inputs(spec, [ids, counts], torch.device("cpu"))
