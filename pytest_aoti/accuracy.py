@@ -71,6 +71,19 @@ def _same_run(first: list[Any], second: list[Any]) -> bool:
     return True
 
 
+def _judgeable(got: Any, want: Any) -> bool:
+    """Only a rounding can be judged: both sides finite floating tensors below float64, alike but for values."""
+    return (
+        isinstance(got, torch.Tensor)
+        and isinstance(want, torch.Tensor)
+        and got.is_floating_point()
+        and got.dtype != torch.float64
+        and (got.dtype, got.shape, got.device) == (want.dtype, want.shape, want.device)
+        and bool(torch.isfinite(got).all())
+        and bool(torch.isfinite(want).all())
+    )
+
+
 def _path(keys: Any) -> str:
     return pytree.keystr(keys) or "output"
 
@@ -84,20 +97,14 @@ def judge(actual: Any, expected: Any, reference: Callable[[], Any]) -> Judgement
     if spec != expected_spec:
         return Judgement(False, "float64 reference: not consulted (the outputs' structure differs)")
     differing = [
-        (keys, got, want) for (keys, got), want in zip(flat_actual, flat_expected, strict=True) if not _close(got, want)
+        (index, keys, got, want)
+        for index, ((keys, got), want) in enumerate(zip(flat_actual, flat_expected, strict=True))
+        if not _close(got, want)
     ]
-    for keys, got, want in differing:
-        if not (
-            isinstance(got, torch.Tensor)
-            and isinstance(want, torch.Tensor)
-            and got.is_floating_point()
-            and got.dtype != torch.float64
-            and bool(torch.isfinite(got).all())
-            and bool(torch.isfinite(want).all())
-        ):
-            return Judgement(
-                False, f"float64 reference: not consulted ({_path(keys)} is not a finite low-precision tensor)"
-            )
+    for _, keys, got, want in differing:
+        if not _judgeable(got, want):
+            why = f"{_path(keys)} is not a finite low-precision tensor of eager's dtype and shape"
+            return Judgement(False, f"float64 reference: not consulted ({why})")
     try:
         flat_reference, reference_spec = pytree.tree_flatten(reference())
         # Run twice: a model whose output moves from call to call (a Python counter, a cache read in forward)
@@ -114,10 +121,9 @@ def judge(actual: Any, expected: Any, reference: Callable[[], Any]) -> Judgement
             "float64 reference: not consulted (two float64 runs of the model differ: its output changes from call to "
             "call, e.g. Python state the model reads and updates in forward)",
         )
-    by_path = {pytree.keystr(keys): index for index, (keys, _) in enumerate(flat_actual)}
     accepted, lines = True, []
-    for keys, got, want in differing:
-        truth = flat_reference[by_path[pytree.keystr(keys)]]
+    for index, keys, got, want in differing:
+        truth = flat_reference[index]
         if not isinstance(truth, torch.Tensor) or truth.shape != got.shape:
             return Judgement(False, f"float64 reference: {_path(keys)} has another shape in the float64 run")
         multiplier = _LOW_PRECISION_MULTIPLIER if got.dtype in (torch.bfloat16, torch.float16) else _MULTIPLIER

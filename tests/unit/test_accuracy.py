@@ -61,7 +61,13 @@ def test_what_cannot_be_judged_is_not_accepted() -> None:
     runs: list[int] = []
     judgement = judge(flipped, eager, lambda: runs.append(1))
     assert not judgement.accepted and not runs
-    assert "['argmax'] is not a finite low-precision tensor" in judgement.text
+    assert "['argmax'] is not a finite low-precision tensor of eager's dtype and shape" in judgement.text
+
+    # Another dtype than eager's is a real difference, never a rounding.
+    widened = {"out": package["out"].float(), "argmax": package["argmax"]}
+    judgement = judge(widened, eager, lambda: runs.append(1))
+    assert not judgement.accepted and not runs
+    assert "['out'] is not a finite low-precision tensor of eager's dtype and shape" in judgement.text
 
     def refuses() -> None:
         raise RuntimeError("expected a bfloat16 input")
