@@ -44,6 +44,7 @@ def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
         ("aoti(allow_nan=True)", "aoti: got an unexpected keyword argument 'allow_nan'"),
         ("aoti(allow_nonfinite='false')", "aoti: allow_nonfinite= expected True or False, got 'false'"),
         ("aoti(restride_inputs=1)", "aoti: restride_inputs= expected True or False, got 1"),
+        ("aoti(allow_out_of_range='yes')", "aoti: allow_out_of_range= expected True or False, got 'yes'"),
         ("aoti_deploy(threads=-1)", "aoti_deploy: threads= expected a whole number >= 0, got -1"),
         ("aoti_deploy(num_runners=0)", "aoti_deploy: num_runners= expected a whole number >= 1, got 0"),
         ("aoti_deploy(standalone='yes')", "aoti_deploy: standalone= expected True or False, got 'yes'"),
@@ -98,7 +99,7 @@ def test_precedence_ini_then_command_line_then_marker(pytester: pytest.Pytester)
 
             @pytest.mark.aoti_ima(timeout=7, env={"A": "1"}, kernels=("k0",), stages=("tensors",))
             @pytest.mark.aoti_isolate
-            @pytest.mark.aoti(allow_nonfinite=True)
+            @pytest.mark.aoti(allow_nonfinite=True, allow_out_of_range=True)
             def test_marked(aoti_device):
                 pass
 
@@ -120,6 +121,7 @@ def test_precedence_ini_then_command_line_then_marker(pytester: pytest.Pytester)
         ("tensors",),
     )
     assert (marked.isolate_reason, marked.isolate_timeout, marked.allow_nonfinite) == ("marked aoti_isolate", 60, True)
+    assert marked.allow_out_of_range and not uses_fixture.allow_out_of_range
     assert uses_fixture.debug is not None and uses_fixture.debug.timeout == 60  # the command line beats the ini
     assert uses_fixture.isolate_reason is None and not uses_fixture.allow_nonfinite
     assert plain.debug is None  # --aoti-debug (here from the ini) covers only tests that use the aoti fixtures
