@@ -54,21 +54,17 @@ def _rmse(reference: torch.Tensor, value: torch.Tensor) -> float:
     return math.sqrt(torch.mean(torch.square(reference - value.to(torch.float64))).item())
 
 
-def _close(actual: Any, expected: Any) -> bool:
+def _close(actual: Any, expected: Any, **tolerances: Any) -> bool:
+    """``torch.testing.assert_close`` as a yes or no (its dtype defaults unless ``tolerances`` say otherwise)."""
     try:
-        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(actual, expected, **tolerances)
     except AssertionError:
         return False
     return True
 
 
-def _same_run(first: list[Any], second: list[Any]) -> bool:
-    """Whether two float64 runs agree, up to the order of a parallel reduction (atomics on CUDA)."""
-    try:
-        torch.testing.assert_close(first, second, rtol=1e-9, atol=1e-12, equal_nan=True)
-    except AssertionError:
-        return False
-    return True
+# Two float64 runs of one model agree up to the order of a parallel reduction (atomics on CUDA).
+_SAME_RUN = {"rtol": 1e-9, "atol": 1e-12, "equal_nan": True}
 
 
 def _judgeable(got: Any, want: Any) -> bool:
@@ -115,7 +111,7 @@ def judge(actual: Any, expected: Any, reference: Callable[[], Any]) -> Judgement
         return Judgement(False, f"float64 reference: the model did not run in float64 ({why})")
     if reference_spec != expected_spec:
         return Judgement(False, "float64 reference: the float64 run returned other outputs")
-    if not _same_run(flat_reference, again):
+    if not _close(flat_reference, again, **_SAME_RUN):
         return Judgement(
             False,
             "float64 reference: not consulted (two float64 runs of the model differ: its output changes from call to "
