@@ -33,10 +33,10 @@ class RowScale(torch.nn.Module):
 
 @torch.library.custom_op("aoti_tests::maybe_crash", mutates_args=())
 def maybe_crash(x: torch.Tensor) -> torch.Tensor:
-    """Segfaults (or aborts, with AOTI_TESTS_CRASH=abort) when any value is above 100: a real crash inside the
+    """Segfaults (or aborts, with CRASHY_MODE=abort) when any value is above 100: a real crash inside the
     compiled model, between two compiled kernels."""
     if bool((x > 100).any()):
-        if os.environ.get("AOTI_TESTS_CRASH") == "abort":
+        if os.environ.get("CRASHY_MODE") == "abort":
             os.abort()
         ctypes.string_at(0)
     return x.clone()

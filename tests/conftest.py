@@ -127,17 +127,28 @@ def run_pytest(
     are in the pytester dir as ``aoti_models.py``. The run is a process of its own, forked from a server that has
     imported torch already (``tests/forkserver.py``), with what ``pytester.runpytest_subprocess`` gives a run: a
     ``--basetemp`` of its own, the cwd on PYTHONPATH, stdin closed. ``fresh=True`` starts a new interpreter instead,
-    for what the server's imports would change (which modules a run imports)."""
+    for what the server's imports would change (which modules a run imports).
+
+    The run and every process it starts load no Hypothesis plugin unless ``hypothesis=True``, as for a user without
+    Hypothesis installed: its plugin imports all of Hypothesis in each pytest process's terminal summary (~1.3 CPU-s
+    in every debug stage, isolated test and xdist worker). The scenarios with Hypothesis tests ask for it."""
     pytester.makepyfile(aoti_models=MODELS_SOURCE)
 
     def run(
-        *args: str, cache: Path | None = shared_cache, cwd: Path | None = None, fresh: bool = False
+        *args: str,
+        cache: Path | None = shared_cache,
+        cwd: Path | None = None,
+        fresh: bool = False,
+        hypothesis: bool = False,
     ) -> pytest.RunResult:
         cache_args = [f"--aoti-cache-dir={cache}"] if cache is not None else []
         all_args = [*plugin_args(), "-p", "no:cacheprovider", *cache_args, *args]
         with monkeypatch.context() as patch:
             if cwd is not None:
                 patch.chdir(cwd)
+            if not hypothesis:
+                addopts = os.environ.get("PYTEST_ADDOPTS", "")
+                patch.setenv("PYTEST_ADDOPTS", f"{addopts} -p no:hypothesispytest".strip())
             if fresh or os.environ.get("AOTI_TESTS_FRESH_RUNS") == "1" or not fork_server.usable():
                 return pytester.runpytest_subprocess(*all_args, timeout=900)
             return fork_server.runpytest(pytester, *all_args, timeout=900)

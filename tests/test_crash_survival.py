@@ -33,7 +33,7 @@ def test_healthy_after_segfault():
 
 @pytest.mark.aoti_ima(stages=("kernels",))
 def test_abort(aoti_compile, monkeypatch):
-    monkeypatch.setenv("AOTI_TESTS_CRASH", "abort")
+    monkeypatch.setenv("CRASHY_MODE", "abort")
     aoti_compile(Crashy(), (torch.randn(4, 3),))(torch.full((4, 3), 1000.0))
 
 

@@ -18,7 +18,7 @@ USER_CACHE = default_cache_dir()
 
 def test_example_suites_pass(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     shutil.copytree(EXAMPLES, pytester.path, dirs_exist_ok=True)
-    result = run_pytest("-p", "no:logging", "-rs", cache=USER_CACHE)
+    result = run_pytest("-p", "no:logging", "-rs", cache=USER_CACHE, hypothesis=True)
     import torch
 
     if torch.cuda.is_available():

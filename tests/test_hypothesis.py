@@ -91,7 +91,7 @@ def _falsifying_batch(text: str, test: str) -> int:
 
 def test_dynamic_shapes_with_hypothesis(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
-    result = run_pytest("-p", "no:logging")
+    result = run_pytest("-p", "no:logging", hypothesis=True)
     result.assert_outcomes(failed=3)
     text = result.stdout.str()
 

@@ -68,7 +68,7 @@ def ima(aoti_compile, device):
     return out
 '''
 
-IMA_TESTS = """
+IMA_TESTS = r"""
 import pytest
 import torch
 from gpu_models import MLP, ima
