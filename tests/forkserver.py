@@ -5,7 +5,8 @@ Each end-to-end test starts pytest as a user would, and on a 2-core machine the 
 it, so the run is still a process of its own: its cwd, environment, sys.path, stdio, exit status, crash and signals are
 its own, and it starts pytest the way ``python -m pytest`` does (``pytest/__main__.py`` over ``sys.argv``). What
 the plugin starts (debug stages, isolated tests, xdist workers, minify's judges) still starts fresh: those processes
-are what the tests test.
+are what the tests test. Each run's environment gains only what the plugin gives its own children: that the CPU's
+vector ISAs passed Inductor's probe (``TORCHINDUCTOR_VEC_ISA_OK=1``), which this server makes once.
 
 Run as a script (``python tests/forkserver.py``), so that it imports nothing from this repository's ``tests``
 package, whose name user layouts in the tests use too. It reads one JSON request per line on stdin and answers two
