@@ -218,7 +218,7 @@ def test_hypothesis_stops_shrinking_on_a_poisoned_context(pytester: pytest.Pytes
             torch.cuda.synchronize()
         """,
     )
-    result = run_pytest("-p", "no:logging")
+    result = run_pytest("-p", "no:logging", hypothesis=True)
     _keep("hypothesis_poisoned", result)
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
