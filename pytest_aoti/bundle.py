@@ -4,7 +4,8 @@ The debug child writes it before each call of a compiled model (a crash leaves n
 exported program (``torch.export.save``), the call's inputs, the Inductor configs, the codegen environment, versions,
 the package, the modules that define the custom ops the graph calls, and ``repro.py``. The parent adds the stages'
 logs. ``python repro.py`` re-executes itself under the recorded environment (codegen flags are read when torch is
-imported), recompiles, and runs the failing call.
+imported) and runs the failing call: on the package that failed when this machine's torch built it (the same
+binary, in seconds), else (or with ``--recompile``) on a package it recompiles from the exported program.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ if TYPE_CHECKING:
 
 _RECORDED_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_", "CUDA_", "PYTORCH_")
 
-REPRO_SCRIPT = '''"""Reproduce a failure pytest-aoti debugged, without pytest: python repro.py
+REPRO_SCRIPT = '''"""Reproduce a failure pytest-aoti debugged, without pytest: python repro.py [--recompile]
 
-Recompiles the exported program under the recorded debug environment and runs the failing call. Exit status 0 means
-the failure did not reproduce.
+Runs the failing call under the recorded debug environment. On package.pt2, the package that failed, when this
+machine's torch built it (versions.json: the same torch, CUDA, GPU and CPU): the same binary, in seconds. Otherwise,
+or with --recompile (to try another torch, or to send upstream), on a package recompiled from the exported program.
+Exit status 0 means the failure did not reproduce.
 """
 
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -37,7 +41,9 @@ HERE = Path(__file__).resolve().parent
 ENV = json.loads((HERE / "env.json").read_text())
 if os.environ.get("PYTEST_AOTI_REPRO") != "1":
     # Inductor reads its codegen flags when torch is imported: start again with them set.
-    os.execvpe(sys.executable, [sys.executable, "-u", __file__], {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1"})
+    os.execvpe(
+        sys.executable, [sys.executable, "-u", __file__, *sys.argv[1:]], {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1"}
+    )
 
 import importlib  # noqa: E402
 import tempfile  # noqa: E402
@@ -49,13 +55,46 @@ for module in json.loads((HERE / "custom_ops.json").read_text()):
 
 import torch  # noqa: E402
 
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def why_recompile():
+    """Why the recorded package cannot run here (None: it can). A CPU package is built for this CPU (-march=native),
+    a CUDA one for this GPU, both against this torch."""
+    if "--recompile" in sys.argv[1:]:
+        return "--recompile"
+    if not (HERE / "package.pt2").exists():
+        return "no package.pt2 in the bundle"
+    recorded = json.loads((HERE / "versions.json").read_text())
+    here = {"torch": torch.__version__, "cuda": torch.version.cuda, "cpu": cpu_model()}
+    if torch.cuda.is_available():
+        here["gpu"] = torch.cuda.get_device_name()
+    for key, value in here.items():
+        if recorded.get(key) != value:
+            return f"package.pt2 was built with {key} {recorded.get(key)}, this machine has {value}"
+    return None
+
+
+reason = why_recompile()
+if reason is None:
+    print("repro: running package.pt2, the package that failed (--recompile to rebuild it)", flush=True)
+else:
+    print(f"repro: recompiling the exported program under the recorded environment ({reason})", flush=True)
 program = torch.export.load(HERE / "exported_program.pt2")
 inputs = torch.load(HERE / "inputs.pt", weights_only=False)
 configs = json.loads((HERE / "inductor_configs.json").read_text())
 with tempfile.TemporaryDirectory() as build:
-    package = torch._inductor.aoti_compile_and_package(
-        program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
-    )
+    package = str(HERE / "package.pt2")
+    if reason is not None:
+        package = torch._inductor.aoti_compile_and_package(
+            program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
+        )
     # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
     tmpdir = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = build
@@ -116,6 +155,16 @@ def import_root(module: str, file: Path) -> tuple[str, Path]:
     return file.stem, file.parent
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (a CPU package is built with ``-march=native``): ``repro.py``'s ``cpu_model``, which
+    compares it with this one before it runs the recorded package, is the same code (the script needs only torch)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
 def _versions() -> dict[str, Any]:
     import torch
 
@@ -124,6 +173,7 @@ def _versions() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "cpu": _cpu_model(),
     }
     try:
         import triton

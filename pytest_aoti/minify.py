@@ -12,7 +12,8 @@ budget (or when the next candidate could not finish before it, judging by the sl
 the smallest failing graph found so far.
 
 Usage: ``python -m pytest_aoti.minify BUNDLE --want crash|nonfinite|error --budget SECONDS``. The result is
-``BUNDLE/minified/`` (a bundle of its own, with the same ``repro.py``) and ``BUNDLE/minified/minify.json``.
+``BUNDLE/minified/`` (a bundle of its own, with the same ``repro.py`` and the smallest failing candidate's
+package) and ``BUNDLE/minified/minify.json``.
 """
 
 from __future__ import annotations
@@ -269,6 +270,7 @@ class Search:
         self.smallest: tuple[Any, Any] | None = None  # the smallest failing candidate: (module, inputs)
         self.slowest = 0.0  # seconds the slowest judge took
         self.server: _JudgeServer | None = None
+        self.smallest_package = workdir / "smallest.pt2"
 
     def save(self, module: Any, inputs: Any, directory: Path) -> bool:
         """Export ``module`` on ``inputs`` and write it as a bundle; False when export rejects the candidate."""
@@ -328,12 +330,17 @@ class Search:
         verdict = _verdict(status)
         self.slowest = max(self.slowest, seconds)
         self.verdicts.append(f"{verdict} ({seconds:.1f} s)")
-        shutil.rmtree(candidate, ignore_errors=True)
         failing = verdict == self.want
         if failing:
             self.failing += 1
             if self.smallest is None or _node_count(module) < _node_count(self.smallest[0]):
                 self.smallest = (module, list(inputs))
+                # The package that failed, for the minified bundle's repro.py to run as it is (none when the judge
+                # died compiling: repro.py then recompiles).
+                self.smallest_package.unlink(missing_ok=True)
+                if (candidate / "candidate.pt2").exists():
+                    shutil.move(candidate / "candidate.pt2", self.smallest_package)
+        shutil.rmtree(candidate, ignore_errors=True)
         return failing
 
 
@@ -374,6 +381,8 @@ def minify(bundle: Path, want: str, budget: float, max_candidates: int | None = 
     if smallest is not None and search.save(smallest[0], smallest[1], out):
         result.nodes_after = _node_count(smallest[0])
         result.repro = str(out / "repro.py")
+        if search.smallest_package.exists():
+            shutil.move(search.smallest_package, out / "package.pt2")
     result.candidates, result.failing_candidates, result.verdicts = search.judged, search.failing, search.verdicts
     result.out_of_time, result.out_of_candidates = search.out_of_time, search.out_of_candidates
     result.seconds = round(time.monotonic() - started, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -337,9 +338,20 @@ def test_a_nan_debug_run_names_its_kernel_and_minifies(
     assert bundle is not None and minified.group(1) == str(Path(bundle.group(1)) / "minified" / "repro.py"), text
 
     # The minified repro bundle (the same repro.py as the full one) reproduces the NaN without pytest, from a clean
-    # directory.
+    # directory: on the smallest candidate's package, the one that failed; and, as on a machine with another CPU (a
+    # CPU package is built for its CPU), on a package it recompiles.
     repro = subprocess.run([sys.executable, minified.group(1)], cwd=tmp_path, capture_output=True, text=True)
     assert repro.returncode == 1, repro.stdout + repro.stderr
+    assert "repro: running package.pt2, the package that failed" in repro.stdout
+    assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
+    versions = Path(minified.group(1)).with_name("versions.json")
+    versions.write_text(json.dumps({**json.loads(versions.read_text()), "cpu": "another CPU"}))
+    repro = subprocess.run([sys.executable, minified.group(1)], cwd=tmp_path, capture_output=True, text=True)
+    assert repro.returncode == 1, repro.stdout + repro.stderr
+    assert (
+        "repro: recompiling the exported program under the recorded environment (package.pt2 was built with cpu "
+        "another CPU, this machine has"
+    ) in repro.stdout
     assert "reproduced: output 0 holds 12 NaN/Inf value(s) of 12" in repro.stderr
     assert left_behind(watched_tmpdir) == []  # the run's children, minify's judges, repro.py
 

@@ -136,7 +136,8 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     )
     assert cases["test_passes_before"]["outcomes"] == cases["test_passes_after"]["outcomes"] == []
 
-    # The repro bundle reproduces the crash without pytest and without the test file, from a clean directory.
+    # The repro bundle reproduces the crash without pytest and without the test file, from a clean directory, on the
+    # package that crashed.
     bundle = Path(str(properties["aoti_bundle"]))
     assert (
         f"repro bundle: {bundle} (python repro.py: needs importable: suite.aoti_models (the custom ops the graph "
@@ -151,6 +152,7 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
         [sys.executable, str(bundle / "repro.py")], cwd=clean, capture_output=True, text=True, timeout=600
     )
     assert repro.returncode in (-11, 139), repro.stdout + repro.stderr
+    assert "repro: running package.pt2, the package that failed" in repro.stdout
     assert f"[ after_launch: {KERNEL_OF_THE_CRASH} ]" in repro.stdout
 
 
