@@ -329,6 +329,8 @@ def test_sanitizer_stage_and_repro_bundle_on_an_ima(pytester: pytest.Pytester, r
         [sys.executable, str(Path(bundle.group(1)) / "repro.py")], cwd=clean, capture_output=True, text=True
     )
     assert repro.returncode != 0
+    # On the package that failed (this GPU, this torch built it): no compile.
+    assert "repro: running package.pt2, the package that failed" in repro.stdout
     assert "illegal memory access" in repro.stdout + repro.stderr
 
 
