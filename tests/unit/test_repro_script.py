@@ -1,7 +1,7 @@
 """What a repro bundle's ``repro.py`` runs: the package that failed when this machine's torch built it, else a
-recompile (saying why). The runs end to end, a crash and a NaN reproduced on both paths: tests/test_debug_rerun.py
-and tests/test_cache.py. Here the decision alone, for each reason, on a bundle whose program is not a program (the
-script stops where it loads it: no compile)."""
+recompile (saying why). End to end: a crash reproduced on the package that failed (tests/test_debug_rerun.py), a NaN
+both ways (tests/test_cache.py). Here the decision alone, for each reason, on a bundle whose program is not a program
+(the script stops where it loads it: no compile)."""
 
 from __future__ import annotations
 
