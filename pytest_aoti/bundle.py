@@ -95,10 +95,14 @@ with tempfile.TemporaryDirectory() as build:
         package = torch._inductor.aoti_compile_and_package(
             program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
         )
+    # A CUDA package runs on the GPU it is loaded for (the current one unless told): the failing call's, which an
+    # xdist worker's share of a multi-GPU host makes cuda:N.
+    on_gpu = [t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor) and t.is_cuda]
+    device_index = on_gpu[0].device.index if on_gpu else -1
     # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
     tmpdir = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = build
-    runner = torch._inductor.aoti_load_package(package)
+    runner = torch._inductor.aoti_load_package(package, device_index=device_index)
     if tmpdir is None:
         del os.environ["TMPDIR"]
     else:

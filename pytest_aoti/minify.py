@@ -63,7 +63,9 @@ def judge(candidate: Path) -> int:
         package = torch._inductor.aoti_compile_and_package(
             program, package_path=str(candidate / "candidate.pt2"), inductor_configs=configs
         )
-        runner = torch._inductor.aoti_load_package(package)
+        # On the GPU the failing call ran on (a package loads for the current one unless told): repro.py does the same.
+        on_gpu = [t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor) and t.is_cuda]
+        runner = torch._inductor.aoti_load_package(package, device_index=on_gpu[0].device.index if on_gpu else -1)
     except Exception as error:
         print(f"not run: {type(error).__name__}: {error}", flush=True)
         return _EXIT_NOT_RUN

@@ -1,13 +1,21 @@
 """A multi-GPU host: under ``-n 2`` each xdist worker takes its own GPU (its children too), an illegal memory access
-poisons only its worker's GPU, and the device matrix runs a package on every GPU and names the index it fails on.
-Needs two visible GPUs; skipped otherwise."""
+poisons only its worker's GPU, the device matrix runs a package on every GPU and names the index it fails on, and a
+repro bundle of a call on cuda:1 (its ``repro.py``, a minify judge) runs there. Needs two visible GPUs; skipped
+otherwise."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
+from pytest_aoti.bundle import REPRO_SCRIPT, _versions
 from tests.conftest import RunPytest, junit_cases
 from tests.gpu.test_cuda_debug import GPU_MODELS, _keep
 
@@ -136,3 +144,50 @@ def test_device_matrix_names_the_gpu_a_package_fails_on(pytester: pytest.Pyteste
     )
     assert "cuda:0: ok" in text
     assert "cuda:1: FAILED: " in text and "first_gpu_only: works on cuda:0 only, got cuda:1" in text
+
+
+class _Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x)) * 2
+
+
+@pytest.fixture(scope="module")
+def bundle_on_the_second_gpu(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repro bundle, as the debug child of the xdist worker on cuda:1 writes one, of a call that runs correctly:
+    the program, its weights and the call's inputs on cuda:1, and the package that ran it."""
+    _require_two_gpus()
+    bundle = tmp_path_factory.mktemp("bundle-cuda1")
+    model, inputs = _Affine().to("cuda:1"), (torch.randn(8, 32, device="cuda:1"),)
+    program = torch.export.export(model, inputs)
+    torch.export.save(program, bundle / "exported_program.pt2")
+    torch._inductor.aoti_compile_and_package(program, package_path=str(bundle / "package.pt2"))
+    torch.save({"args": inputs, "kwargs": {}}, bundle / "inputs.pt")
+    files = {"env.json": "{}", "custom_ops.json": "[]", "inductor_configs.json": "{}", "repro.py": REPRO_SCRIPT}
+    files["versions.json"] = json.dumps(_versions())
+    for name, text in files.items():
+        (bundle / name).write_text(text)
+    return bundle
+
+
+@pytest.mark.parametrize("args", [(), ("--recompile",)], ids=["the package that failed", "recompiled"])
+def test_repro_runs_on_the_gpu_the_call_ran_on(bundle_on_the_second_gpu: Path, args: tuple[str, ...]) -> None:
+    """Loaded for cuda:0 (the loader's default), the package would compute on the wrong GPU: its outputs would not be
+    where eager's are (a false "differs from eager") or its kernels would fault on memory of another GPU."""
+    repro = subprocess.run(
+        [sys.executable, str(bundle_on_the_second_gpu / "repro.py"), *args], capture_output=True, text=True
+    )
+    assert repro.returncode == 0, repro.stdout + repro.stderr
+    assert "not reproduced: no crash, no NaN/Inf, and the package matches" in repro.stdout
+
+
+def test_a_minify_judge_runs_its_candidate_on_the_gpu_the_call_ran_on(bundle_on_the_second_gpu: Path) -> None:
+    candidate = bundle_on_the_second_gpu / "candidate"
+    shutil.copytree(bundle_on_the_second_gpu, candidate)
+    judge = subprocess.run(
+        [sys.executable, "-m", "pytest_aoti.minify", "--judge", str(candidate)], capture_output=True, text=True
+    )
+    assert judge.returncode == 0, judge.stdout + judge.stderr
