@@ -183,7 +183,10 @@ def test_repro_runs_on_the_gpu_the_call_ran_on(bundle_on_the_last_gpu: Path, arg
     repro = subprocess.run(
         [sys.executable, str(bundle_on_the_last_gpu / "repro.py"), *args], capture_output=True, text=True
     )
+    print(repro.stdout)
     assert repro.returncode == 0, repro.stdout + repro.stderr
+    said = "repro: recompiling the exported program" if args else "repro: running package.pt2, the package that failed"
+    assert said in repro.stdout
     assert "not reproduced: no crash, no NaN/Inf, and the package matches" in repro.stdout
 
 
