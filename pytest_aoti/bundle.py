@@ -64,6 +64,20 @@ def cpu_model():
         return platform.processor() or None
 
 
+def load_built_here(package, device_index):
+    """The runner of a package this machine's torch built, from the loader aoti_load_package ends in. Before it,
+    aoti_load_package compares the package's vector ISA with this CPU's, which Inductor finds by building and running
+    a probe per ISA (a Python each, ~45 s on a GPU machine): versions.json has answered that already."""
+    try:
+        from torch.export.pt2_archive._package import AOTICompiledModel
+    except ImportError:
+        try:
+            from torch._inductor.package.package import AOTICompiledModel
+        except ImportError:
+            return torch._inductor.aoti_load_package(package, device_index=device_index)
+    return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, device_index))
+
+
 def why_recompile():
     """Why the recorded package cannot run here (None: it can). A CPU package is built for this CPU (-march=native),
     a CUDA one for this GPU, both against this torch."""
@@ -102,7 +116,10 @@ with tempfile.TemporaryDirectory() as build:
     # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
     tmpdir = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = build
-    runner = torch._inductor.aoti_load_package(package, device_index=device_index)
+    if reason is None:
+        runner = load_built_here(package, device_index)
+    else:
+        runner = torch._inductor.aoti_load_package(package, device_index=device_index)
     if tmpdir is None:
         del os.environ["TMPDIR"]
     else:
