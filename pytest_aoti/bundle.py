@@ -69,13 +69,14 @@ def load_built_here(package, device_index):
     aoti_load_package compares the package's vector ISA with this CPU's, which Inductor finds by building and running
     a probe per ISA (a Python each, ~45 s on a GPU machine): versions.json has answered that already."""
     try:
-        from torch.export.pt2_archive._package import AOTICompiledModel
-    except ImportError:
         try:
-            from torch._inductor.package.package import AOTICompiledModel
+            from torch.export.pt2_archive._package import AOTICompiledModel
         except ImportError:
-            return torch._inductor.aoti_load_package(package, device_index=device_index)
-    return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, device_index))
+            from torch._inductor.package.package import AOTICompiledModel
+        loader = torch._C._aoti.AOTIModelPackageLoader
+    except (ImportError, AttributeError):  # moved by a torch release: the public way, probe and all
+        return torch._inductor.aoti_load_package(package, device_index=device_index)
+    return AOTICompiledModel(loader(package, "model", False, 1, device_index))
 
 
 def why_recompile():
