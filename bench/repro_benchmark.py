@@ -12,7 +12,6 @@ there is larger.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from pytest_aoti.bundle import REPRO_SCRIPT, _versions
+from pytest_aoti.bundle import write_inputs, write_program
 from pytest_aoti.child import private_tmpdir
 
 ROUNDS = 3
@@ -34,21 +33,12 @@ class LogModel(torch.nn.Module):
         return torch.log(x) * 2
 
 
-def bundle(directory: Path) -> Path:
+def bundle(directory: Path, scratch: Path) -> Path:
     """A bundle as the debug child writes one (no custom ops, no debug environment)."""
-    directory.mkdir(parents=True)
     program = torch.export.export(LogModel(), (torch.rand(4, 3) + 0.5,))
-    torch.export.save(program, directory / "exported_program.pt2")
-    torch._inductor.aoti_compile_and_package(program, package_path=str(directory / "package.pt2"))
-    torch.save({"args": (-torch.ones(4, 3),), "kwargs": {}}, directory / "inputs.pt")
-    for name, text in {
-        "env.json": "{}",
-        "custom_ops.json": "[]",
-        "inductor_configs.json": "{}",
-        "versions.json": json.dumps(_versions()),
-        "repro.py": REPRO_SCRIPT,
-    }.items():
-        (directory / name).write_text(text)
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(scratch / "built.pt2"))
+    write_program(directory, program, Path(package), {}, [])
+    write_inputs(directory, (-torch.ones(4, 3),), {})
     return directory
 
 
@@ -64,7 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         os.environ["TMPDIR"] = str(private_tmpdir(root))  # what the loads extract goes away with the scratch dir
-        repro = bundle(root / "bundle") / "repro.py"
+        repro = bundle(root / "bundle", root) / "repro.py"
         results: dict[str, list[float]] = {}
         for label, args in (("the package that failed", ()), ("--recompile", ("--recompile",))):
             for _ in range(ROUNDS):

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
+
     from pytest_aoti.compiler import CompiledModel
 
 _RECORDED_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_", "CUDA_", "PYTORCH_")
@@ -213,22 +215,41 @@ def _versions() -> dict[str, Any]:
 
 def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[str, Any]) -> None:
     """Record a call about to run (the program, package and metadata once per package; the inputs every call)."""
+    stamp = bundle / "package.txt"
+    if not stamp.exists() or stamp.read_text() != str(compiled.package_path):
+        configs = {key: value for key, value in compiled.inductor_configs.items() if key != "aot_inductor.package"}
+        write_program(bundle, compiled.exported_program, compiled.package_path, configs, _custom_op_modules(compiled))
+        (bundle / NODE_SOURCES).write_text(json.dumps(_node_sources(compiled), indent=2))
+        stamp.write_text(str(compiled.package_path))
+    write_inputs(bundle, args, kwargs)
+
+
+def write_program(
+    bundle: Path,
+    program: torch.export.ExportedProgram,
+    package: Path,
+    inductor_configs: dict[str, Any],
+    custom_ops: list[dict[str, str]],
+) -> None:
+    """What ``repro.py`` runs (the package) or recompiles (the program, under the configs, with the custom ops'
+    modules imported), the recorded environment it runs under, the versions that decide which, and the script."""
     import torch
 
     bundle.mkdir(parents=True, exist_ok=True)
-    stamp = bundle / "package.txt"
-    if not stamp.exists() or stamp.read_text() != str(compiled.package_path):
-        torch.export.save(compiled.exported_program, bundle / "exported_program.pt2")
-        shutil.copyfile(compiled.package_path, bundle / "package.pt2")
-        configs = {key: value for key, value in compiled.inductor_configs.items() if key != "aot_inductor.package"}
-        (bundle / "inductor_configs.json").write_text(json.dumps(configs, indent=2, default=repr))
-        environment = {k: v for k, v in os.environ.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
-        (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
-        (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
-        (bundle / "custom_ops.json").write_text(json.dumps(_custom_op_modules(compiled), indent=2))
-        (bundle / NODE_SOURCES).write_text(json.dumps(_node_sources(compiled), indent=2))
-        (bundle / "repro.py").write_text(REPRO_SCRIPT)
-        stamp.write_text(str(compiled.package_path))
+    torch.export.save(program, bundle / "exported_program.pt2")
+    shutil.copyfile(package, bundle / "package.pt2")
+    (bundle / "inductor_configs.json").write_text(json.dumps(inductor_configs, indent=2, default=repr))
+    environment = {k: v for k, v in os.environ.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
+    (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
+    (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
+    (bundle / "custom_ops.json").write_text(json.dumps(custom_ops, indent=2))
+    (bundle / "repro.py").write_text(REPRO_SCRIPT)
+
+
+def write_inputs(bundle: Path, args: Any, kwargs: dict[str, Any]) -> None:
+    """The call's inputs, as ``repro.py`` and minify read them."""
+    import torch
+
     torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, bundle / "inputs.pt")
 
 

@@ -5,7 +5,6 @@ the bundle's tests run on one GPU too (on cuda:0)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_aoti.bundle import REPRO_SCRIPT, _versions
+from pytest_aoti.bundle import write_inputs, write_program
 from tests.conftest import RunPytest, junit_cases
 from tests.gpu.test_cuda_debug import GPU_MODELS, _keep
 
@@ -162,16 +161,12 @@ def bundle_on_the_last_gpu(tmp_path_factory: pytest.TempPathFactory) -> Path:
     multi-GPU host that is not cuda:0, the loader's default (what these tests are for); on one GPU they still run the
     CUDA paths of repro.py and of a minify judge."""
     device = f"cuda:{torch.cuda.device_count() - 1}"
-    bundle = tmp_path_factory.mktemp("bundle-last-gpu")
+    bundle, built = tmp_path_factory.mktemp("bundle-last-gpu"), tmp_path_factory.mktemp("built")
     model, inputs = _Affine().to(device), (torch.randn(8, 32, device=device),)
     program = torch.export.export(model, inputs)
-    torch.export.save(program, bundle / "exported_program.pt2")
-    torch._inductor.aoti_compile_and_package(program, package_path=str(bundle / "package.pt2"))
-    torch.save({"args": inputs, "kwargs": {}}, bundle / "inputs.pt")
-    files = {"env.json": "{}", "custom_ops.json": "[]", "inductor_configs.json": "{}", "repro.py": REPRO_SCRIPT}
-    files["versions.json"] = json.dumps(_versions())
-    for name, text in files.items():
-        (bundle / name).write_text(text)
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(built / "package.pt2"))
+    write_program(bundle, program, Path(package), {}, [])
+    write_inputs(bundle, inputs, {})
     return bundle
 
 
