@@ -101,6 +101,17 @@ class ChildRun:
         return self.phases[-1] if self.phases else None
 
     @property
+    def unreported_phase(self) -> str | None:
+        """The first of the test's pytest phases (setup, call, teardown) the child never reported: where it crashed,
+        timed out or exited. None when it reported all three."""
+        done = {report.when: report for report in self.reports}
+        if "setup" not in done:
+            return "setup"
+        if done["setup"].passed and "call" not in done:
+            return "call"
+        return None if "teardown" in done else "teardown"
+
+    @property
     def reproduce(self) -> str:
         """A shell line that reruns this child by hand, pasted in any shell."""
         shown = {k: v for k, v in self.env_delta.items() if k not in _UNSHOWN_ENV}

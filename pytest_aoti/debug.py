@@ -14,9 +14,11 @@ mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child nam
 
 from __future__ import annotations
 
+import linecache
 import os
 import shutil
 import sys
+import sysconfig
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,6 +96,9 @@ class Verdict:
     source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
     custom_ops: list[tuple[str, str]] = field(default_factory=list)  # (module, import root) repro.py imports
     seconds: float | None = None  # the debug stages' wall time, all of them
+    # A crash's innermost Python frame in the user's code (faulthandler's dump in stage kernels' log), with its line.
+    crash_frame: provenance.SourceLine | None = None
+    crashed_in: str | None = None  # the pytest phase (setup, call, teardown) stage kernels crashed in
 
     @property
     def reproduced(self) -> bool:
@@ -121,7 +126,17 @@ class Verdict:
         return f"{word} ({failed} of {total} rerun{'' if total == 1 else 's'})"
 
     @property
+    def crashed_after_run(self) -> bool:
+        """A crash while no kernel ran: the package was loaded but had not run, or its last run had returned (a
+        crash in the test's own code or a fixture's teardown, unless the package corrupted memory used later)."""
+        first = self.first
+        crashed = first is not None and first.outcome is Outcome.CRASHED
+        return crashed and self.died_in is None and self.phase in ("loaded", "ran")
+
+    @property
     def suspect_kernel(self) -> str | None:
+        if self.crashed_after_run:
+            return None
         return self.died_in or self.last_completed
 
 
@@ -236,6 +251,9 @@ class StagePipeline:
         verdict.cuda_error = kernel_log.cuda_error(log)
         verdict.device_assert = kernel_log.device_assert(log)
         verdict.bounds_check = kernel_log.bounds_check(log)
+        if first.outcome is Outcome.CRASHED:
+            verdict.crashed_in = first.unreported_phase
+            verdict.crash_frame = user_frame(kernel_log.crash_frames(log))
         if first.outcome is Outcome.TIMED_OUT and later_stages:
             self.stopped = True
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
@@ -390,7 +408,7 @@ def kernel_sources(
 
     if verdict.died_in is not None:
         find("suspect", verdict.died_in, _launch_count(log, verdict.died_in, "before"))
-    elif verdict.last_completed is not None:
+    elif verdict.last_completed is not None and not verdict.crashed_after_run:
         index = find("suspect", verdict.last_completed, _launch_count(log, verdict.last_completed, "after"))
         if index is not None and index + 1 < len(sources):
             found["next"] = sources[index + 1]
@@ -399,6 +417,25 @@ def kernel_sources(
     if verdict.numerics is not None and verdict.numerics.diverged is not None:
         find("divergent", verdict.numerics.diverged.kernel)
     return found
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives: the standard library, installed packages, pytest-aoti itself."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
+    dirs.add(str(Path(__file__).parent))  # an editable install of pytest-aoti is outside site-packages
+    return tuple(os.path.join(directory, "") for directory in dirs)
+
+
+def user_frame(frames: list[kernel_log.CrashFrame]) -> provenance.SourceLine | None:
+    """The innermost frame of a crash's Python stack in the user's code (not the standard library, an installed
+    package or pytest-aoti), with its source line read here: the child ran on this machine, from these files."""
+    library = _library_dirs()
+    for frame in frames:
+        if not frame.file.startswith(("<", *library)):
+            text = linecache.getline(frame.file, frame.line).strip()
+            return provenance.SourceLine(frame.file, frame.line, frame.function, text)
+    return None
 
 
 def _launch_count(log: str, kernel: str, when: str) -> int:

@@ -1,5 +1,6 @@
 """Pure functions over the text AOTI's debug knobs print: the intermediate value printer (mode 3 kernel names,
-mode 2 tensor stats), NaN asserts, runtime input checks and CUDA errors. No torch, no pytest."""
+mode 2 tensor stats), NaN asserts, runtime input checks, CUDA errors, and faulthandler's Python stack of a crash. No
+torch, no pytest."""
 
 from __future__ import annotations
 
@@ -136,6 +137,32 @@ def runtime_check_error(log: str) -> str | None:
 def cuda_error(log: str) -> str | None:
     match = _CUDA_ERROR.search(log)
     return match.group("message").strip() if match else None
+
+
+# faulthandler's dump of the thread that crashed (``PYTHONFAULTHANDLER=1`` in every child): a header, then one line
+# per frame, innermost first. "Stack" is the header of a dump without thread ids.
+_CRASH_STACK = re.compile(
+    r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\n(?P<frames>(?:  File [^\n]*\n?)+)",
+    re.MULTILINE,
+)
+_CRASH_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CrashFrame:
+    file: str
+    line: int
+    function: str
+
+
+def crash_frames(log: str) -> list[CrashFrame]:
+    """The Python frames of the thread that crashed, innermost first, from the last faulthandler dump in ``log``;
+    empty when there is none."""
+    dumps = list(_CRASH_STACK.finditer(log))
+    if not dumps:
+        return []
+    frames = dumps[-1].group("frames")
+    return [CrashFrame(m["file"], int(m["line"]), m["function"]) for m in _CRASH_FRAME.finditer(frames)]
 
 
 _SAVE_LINE = "aoti_torch_save_tensor_handle:"

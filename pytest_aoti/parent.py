@@ -26,7 +26,7 @@ from pytest_aoti.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.errors import failure_kind
 from pytest_aoti.processes import signal_name
-from pytest_aoti.protocol import Stage, VerdictSummary
+from pytest_aoti.protocol import Outcome, Stage, VerdictSummary
 from pytest_aoti.reporting import (
     SECTION_TITLE,
     isolated_reports,
@@ -152,7 +152,10 @@ class ParentSession:
             replay_warning(self.config, record)
         properties: list[tuple[str, object]] = []
         for report in isolated_reports(item, run, reason):
-            if report.failed and report.when in ("setup", "call") and resolved.debug is not None:
+            # A crash in teardown too, as when a worker crashes there: the package's release, or a CUDA error that
+            # surfaces at the next sync, is the package's crash; the verdict says where the Python stack was.
+            crashed_here = report.failed and report.when == "teardown" and run.outcome is Outcome.CRASHED
+            if report.failed and (report.when in ("setup", "call") or crashed_here) and resolved.debug is not None:
                 properties = attach_debug(
                     self.config,
                     report,
@@ -162,7 +165,7 @@ class ParentSession:
                     isolated_run=run,
                     reached_aoti=run.phase is not None,
                 )
-            if report.when == "teardown":
+            if report.when == "teardown" and not crashed_here:  # a crash there has the properties already
                 report.user_properties = [*report.user_properties, *properties]
             item.ihook.pytest_runtest_logreport(report=report)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
@@ -309,6 +312,7 @@ class XdistController:
         self.crash_properties: dict[str, list[tuple[str, object]]] = {}
         self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
         self.setup_passed: set[str] = set()
+        self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
         self.collected_nodes: set[int] = set()
         self.crashed_in_setup_last = False
         self.stop_reason: str | None = None
@@ -325,6 +329,8 @@ class XdistController:
         if report.when == "setup" and report.passed:
             self.setup_passed.add(report.nodeid)
             self.crashed_in_setup_last = False
+        elif report.when == "call":
+            self.call_reported.add(report.nodeid)
         properties = self.crash_properties.pop(report.nodeid, None)
         if properties is not None:
             # xdist logs a crashed test as one report and never a teardown. junitxml reads properties from the
@@ -350,10 +356,13 @@ class XdistController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         in_setup = crashitem not in self.setup_passed
+        in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
         how = _worker_exit(getattr(report, "node", None))
-        # A crash is this test's failure (in setup or in its call), not an error of an unknown phase ("???").
-        report.when = "setup" if in_setup else "call"
-        report.longrepr = f"{report.longrepr} ({how}{', in setup' if in_setup else ''})"
+        # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
+        # setup or teardown an error, as pytest reports a fixture's exception there.
+        report.when = "setup" if in_setup else "teardown" if in_teardown else "call"
+        where = ", in setup" if in_setup else ", in teardown" if in_teardown else ""
+        report.longrepr = f"{report.longrepr} ({how}{where})"
         report.aoti_crashed = True  # type: ignore[attr-defined]
         # xdist counts its workers' reports toward -x/--maxfail, but not the crash reports it makes itself.
         count_failure = getattr(self.config.pluginmanager.getplugin("dsession"), "_handlefailures", None)
@@ -371,6 +380,7 @@ class XdistController:
             self.crash_properties[crashitem] = [("aoti_device", device)]
         armed = self.armed.get(crashitem)
         if armed is None:
+            self._carry_properties(report)
             return
         request = DebugRequest(
             **{
@@ -379,12 +389,17 @@ class XdistController:
                 "stages": tuple(armed["stages"]) if armed["stages"] is not None else None,
             }
         )
-        self.crash_properties[crashitem] = [
-            *self.crash_properties.get(crashitem, []),
-            *attach_debug(
-                self.config, report, request, test_path=_test_path(self.config, crashitem), failure=None, crashed=True
-            ),
-        ]
+        test_path = _test_path(self.config, crashitem)
+        properties = attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
+        if report.when == "teardown":
+            self._carry_properties(report)  # attach_debug put the verdict's properties on it already
+        else:
+            self.crash_properties[crashitem] = [*self.crash_properties.get(crashitem, []), *properties]
+
+    def _carry_properties(self, report: pytest.TestReport) -> None:
+        """A crash in teardown is itself the teardown report, which junitxml reads the properties from."""
+        if report.when == "teardown":
+            report.user_properties = [*report.user_properties, *self.crash_properties.pop(report.nodeid, [])]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

@@ -37,7 +37,8 @@ class SourceLine:
                 shown = self.file
             if shown.startswith(".."):
                 shown = self.file
-        return f"{shown}:{self.line} in {self.function}: {self.text.strip()}"
+        text = self.text.strip()
+        return f"{shown}:{self.line} in {self.function}{': ' + text if text else ''}"
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ _SOURCE_ROLES = ("divergent", "nonfinite", "next", "suspect")
 
 def source_line(verdict: Verdict) -> str | None:
     """The user's line the verdict points at (JUnit ``aoti_source``)."""
+    if verdict.crashed_after_run and verdict.crash_frame is not None:
+        return f"crash: at {verdict.crash_frame.describe(verdict.source_root)}"
     for role in _SOURCE_ROLES:
         source = verdict.sources.get(role)
         if source is not None:
@@ -188,6 +190,8 @@ def headline(verdict: Verdict) -> str:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     if verdict.died_in:
         parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}")
+    elif verdict.crashed_after_run:
+        parts.append(_no_kernel_running(verdict))
     elif verdict.last_completed and first.outcome is Outcome.CRASHED:
         following = verdict.sources.get("next")
         between = (
@@ -222,6 +226,19 @@ def headline(verdict: Verdict) -> str:
     if verdict.reproduction is not None:
         parts.append(verdict.reproduction)
     return "; ".join(parts)
+
+
+def _no_kernel_running(verdict: Verdict) -> str:
+    """A crash once the package had returned (or before it ran): where the Python stack was instead of a kernel."""
+    when = f"in {verdict.crashed_in}, " if verdict.crashed_in in ("setup", "teardown") else ""
+    moment = "before the package ran" if verdict.phase == "loaded" else "after the package's last run returned"
+    text = (
+        f"{when}{moment}: no kernel was running (the crash is outside the compiled code, unless the package "
+        "corrupted memory that later code touched)"
+    )
+    if verdict.crash_frame is not None:
+        text += f"; the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}"
+    return text
 
 
 def _failure_text(kind: str) -> str:
@@ -287,6 +304,9 @@ def section_text(verdict: Verdict) -> str:
             lines.append(f"{label}: {signal_text}")
     if verdict.phase:
         lines.append(f"last phase: {verdict.phase}")
+    if verdict.crash_frame is not None:
+        # Innermost first: a Python custom op's own line, else the test's line that called the package.
+        lines.append(f"Python stack at the crash (innermost frame of your code): {verdict.crash_frame.describe()}")
     first = verdict.first
     if verdict.phase == "load" and first is not None and first.outcome is Outcome.CRASHED:
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
@@ -393,16 +413,10 @@ def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pyte
         # The parent's id: under ``--dist loadgroup`` it carries ``@group``, which the child's (not a worker) lacks,
         # and xdist checks that a worker reports the item it runs.
         report.nodeid = item.nodeid
-    phases_done = {report.when for report in reports}
-    if "teardown" in phases_done:
+    died_in = run.unreported_phase
+    if died_in is None:
         return reports  # the test was fully reported; whatever ended the child came after it
     setup = next((report for report in reports if report.when == "setup"), None)
-    if setup is None:
-        died_in = "setup"
-    elif setup.passed and "call" not in phases_done:
-        died_in = "call"
-    else:
-        died_in = "teardown"
     # junitxml reads properties from the teardown report, which the child never sent: the device it set up on.
     device = getattr(setup, "aoti_device", None)
     properties: list[tuple[str, object]] = [("aoti_device", device)] if isinstance(device, str) else []

@@ -48,6 +48,19 @@ def test_exits(aoti_device):
 
 def test_healthy_at_the_end():
     pass
+
+
+@pytest.fixture
+def segfaults_at_teardown():
+    yield
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_teardown_crash(segfaults_at_teardown, aoti_compile):
+    aoti_compile(Crashy(), (torch.randn(4, 3),))(torch.randn(4, 3))
 """
 
 KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
@@ -64,7 +77,9 @@ def _digest(path: Path) -> str:
 @pytest.mark.parametrize("how", ["--aoti-debug", "marker only"])
 def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunPytest, how: str) -> None:
     """Every crash under the headline ``--aoti-debug``; under the marker alone, a segfault and an exit (an abort
-    takes the segfault's path there, and the pasted reproduce line is the same line)."""
+    takes the segfault's path there, and the pasted reproduce line is the same line). Both ways, a crash in a
+    fixture's teardown, after the package's run returned, is a teardown error whose verdict names the fixture's
+    line, not a kernel."""
     (pytester.path / "pytest.ini").write_text("[pytest]\n")
     tests = pytester.path / "tests"
     tests.mkdir()
@@ -89,7 +104,8 @@ def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunP
     healthy = ["test_healthy_after_segfault", "test_healthy_at_the_end"] + (
         ["test_healthy_after_abort"] if headline else []
     )
-    result.assert_outcomes(passed=len(healthy), failed=len(crashed))
+    # The teardown crash's call passed: pytest's count for a fixture's exception in teardown.
+    result.assert_outcomes(passed=len(healthy) + 1, failed=len(crashed), errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()
     assert "INTERNALERROR" not in text + result.stderr.str()
@@ -98,18 +114,29 @@ def test_a_crash_fails_only_its_test(pytester: pytest.Pytester, run_pytest: RunP
         assert "verdict: crashed with SIGABRT" in text
     assert f"verdict: crashed with SIGSEGV; after kernel {KERNEL_OF_THE_CRASH} completed" in text
     assert re.search(r"verdict: error: the child exited with code 3 before reporting the test's result", text)
+    at_the_fixture = r"\S*tests/test_crashes.py:\d+ in segfaults_at_teardown: ctypes.string_at\(0\)"
+    assert re.search(
+        r"verdict: crashed with SIGSEGV; in teardown, after the package's last run returned: no kernel was running "
+        r"\(the crash is outside the compiled code, unless the package corrupted memory that later code touched\); "
+        r"the Python stack was at " + at_the_fixture,
+        text,
+    ), text
 
     cases = junit_cases(pytester.path / "r.xml")
-    assert set(cases) == {*crashed, *healthy}
+    assert set(cases) == {*crashed, *healthy, "test_teardown_crash"}
     for name in crashed:
         assert cases[name]["outcomes"] == ["failure"], cases[name]
     for name in healthy:
         assert cases[name]["outcomes"] == []
+    teardown = cases["test_teardown_crash"]
+    assert teardown["outcomes"] == ["error"], teardown
+    assert isinstance(teardown["properties"], dict) and "aoti_suspect_kernel" not in teardown["properties"]
+    assert re.fullmatch("crash: at " + at_the_fixture, str(teardown["properties"]["aoti_source"])), teardown
     segfault = cases["test_segfault"]["properties"]
     assert isinstance(segfault, dict)
     assert segfault["aoti_signal"] == "SIGSEGV" and segfault["aoti_suspect_kernel"] == KERNEL_OF_THE_CRASH
     # The device each crashed test ran on, for JUnit consumers that group by it.
-    for name in crashed:
+    for name in [*crashed, "test_teardown_crash"]:
         assert cases[name]["properties"]["aoti_device"] == "cpu", cases[name]  # type: ignore[index]
 
     # pytest-reportlog: every line parses, each crashed test's failure is reported once.

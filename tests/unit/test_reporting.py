@@ -3,15 +3,18 @@ reports and real log text (the logs come from docs/gpu-evidence, recorded on an 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun, _outcome
-from pytest_aoti.debug import Verdict
+from pytest_aoti.debug import Verdict, user_frame
 from pytest_aoti.errors import AOTICompileError, failure_kind
 from pytest_aoti.protocol import VerdictSummary
+from pytest_aoti.provenance import SourceLine
 from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
 from pytest_aoti.triage import not_rerun_reason
 
@@ -59,9 +62,55 @@ def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> No
 
 
 def test_a_crash_between_kernels_blames_the_code_between_them(tmp_path: Path) -> None:
-    run = _run(tmp_path, "kernels", "crashed", signal_name="SIGABRT")
-    verdict = Verdict("t.py::test", stages=[run], last_completed="k0")
+    run = _run(tmp_path, "kernels", "crashed", signal_name="SIGABRT", phases=["run"])
+    verdict = Verdict("t.py::test", stages=[run], last_completed="k0", phase="run", crashed_in="call")
     assert "after kernel k0 completed and before the next kernel launched" in headline(verdict)
+    assert dict(user_properties(verdict))["aoti_suspect_kernel"] == "k0"
+
+
+def test_a_real_crash_dump_names_the_innermost_frame_of_the_users_code(tmp_path: Path) -> None:
+    """faulthandler's dump of a real segfault (the standard library's ctypes frame innermost): the user's frame is
+    the one named, with its line read from the file."""
+    script = tmp_path / "user_code.py"
+    script.write_text("import ctypes\n\n\ndef release(handle):\n    ctypes.string_at(handle)\n\n\nrelease(0)\n")
+    crashed = subprocess.run([sys.executable, "-X", "faulthandler", str(script)], capture_output=True, text=True)
+    assert crashed.returncode == -11, crashed.stderr
+    frames = kernel_log.crash_frames("[ after_launch: k0 ]\n" + crashed.stderr)
+    assert frames[0].function == "string_at" and [f.line for f in frames[1:]] == [5, 8], frames
+    assert user_frame(frames) == SourceLine(str(script), 5, "release", "ctypes.string_at(handle)")
+    assert kernel_log.crash_frames("[ after_launch: k0 ]\nFatal Python error: Segmentation fault\n") == []
+
+
+@pytest.mark.parametrize(
+    ("phases", "crashed_in", "expected"),
+    [
+        (["run", "ran"], "teardown", "in teardown, after the package's last run returned: no kernel was running"),
+        (["load", "loaded"], "call", "before the package ran: no kernel was running"),
+    ],
+)
+def test_a_crash_while_no_kernel_ran_names_the_python_stack_not_a_kernel(
+    tmp_path: Path, phases: list[str], crashed_in: str, expected: str
+) -> None:
+    run = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV", phases=phases)
+    frame = SourceLine(str(tmp_path / "conftest.py"), 12, "device", "torch.cuda.synchronize()")
+    verdict = Verdict(
+        "t.py::test",
+        stages=[run],
+        last_completed="k0" if "ran" in phases else None,
+        phase=phases[-1],
+        crashed_in=crashed_in,
+        crash_frame=frame,
+        source_root=tmp_path,
+    )
+    assert headline(verdict) == (
+        f"crashed with SIGSEGV; {expected} (the crash is outside the compiled code, unless the package corrupted "
+        "memory that later code touched); the Python stack was at conftest.py:12 in device: "
+        "torch.cuda.synchronize(); consistent (1 of 1 rerun)"
+    )
+    properties = dict(user_properties(verdict))
+    assert "aoti_suspect_kernel" not in properties
+    assert properties["aoti_source"] == "crash: at conftest.py:12 in device: torch.cuda.synchronize()"
+    assert f"Python stack at the crash (innermost frame of your code): {frame.describe()}" in section_text(verdict)
 
 
 def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
