@@ -140,9 +140,10 @@ def cuda_error(log: str) -> str | None:
 
 
 # faulthandler's dump of the thread that crashed (``PYTHONFAULTHANDLER=1`` in every child): a header, then one line
-# per frame, innermost first. "Stack" is the header of a dump without thread ids.
+# per frame, innermost first. "Stack" is the header of a dump without thread ids; newer Pythons may name the thread
+# after its id.
 _CRASH_STACK = re.compile(
-    r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\n(?P<frames>(?:  File [^\n]*\n?)+)",
+    r"^(?:Current thread 0x[0-9a-fA-F]+[^\n(]*|Stack )\(most recent call first\):\n(?P<frames>(?:  File [^\n]*\n?)+)",
     re.MULTILINE,
 )
 _CRASH_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.MULTILINE)

@@ -79,6 +79,13 @@ def test_a_real_crash_dump_names_the_innermost_frame_of_the_users_code(tmp_path:
     assert frames[0].function == "string_at" and [f.line for f in frames[1:]] == [5, 8], frames
     assert user_frame(frames) == SourceLine(str(script), 5, "release", "ctypes.string_at(handle)")
     assert kernel_log.crash_frames("[ after_launch: k0 ]\nFatal Python error: Segmentation fault\n") == []
+    # The other headers faulthandler writes: a dump without thread ids, and a thread named after its id.
+    for header in (
+        "Stack (most recent call first):",
+        "Current thread 0x00007f10 [MainThread] (most recent call first):",
+    ):
+        dump = f'Fatal Python error: Aborted\n\n{header}\n  File "/a/b.py", line 3 in f\n\nExtension modules: x\n'
+        assert kernel_log.crash_frames(dump) == [kernel_log.CrashFrame("/a/b.py", 3, "f")]
 
 
 @pytest.mark.parametrize(
