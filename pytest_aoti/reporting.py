@@ -203,6 +203,9 @@ def headline(verdict: Verdict) -> str:
             f"after kernel {verdict.last_completed} completed and before the next kernel launched "
             f"(the crash is in code between compiled kernels: {between})"
         )
+    elif verdict.crash_frame is not None and first.outcome is Outcome.CRASHED and not verdict.last_completed:
+        # No kernel had run (a crash in a fixture, an export, a load): the Python stack is all there is.
+        parts.append(f"the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}")
     elif verdict.last_completed:
         nonfinite = verdict.first_nonfinite
         # The first NaN/Inf's kernel names its line below: the same line once is enough.

@@ -120,6 +120,16 @@ def test_a_crash_while_no_kernel_ran_names_the_python_stack_not_a_kernel(
     assert f"Python stack at the crash (innermost frame of your code): {frame.describe()}" in section_text(verdict)
 
 
+def test_a_crash_before_any_kernel_names_the_python_stack(tmp_path: Path) -> None:
+    run = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV")
+    frame = SourceLine(str(tmp_path / "conftest.py"), 7, "data", "ctypes.string_at(0)")
+    verdict = Verdict("t.py::test", stages=[run], crashed_in="setup", crash_frame=frame, source_root=tmp_path)
+    assert headline(verdict) == (
+        "crashed with SIGSEGV; the Python stack was at conftest.py:7 in data: ctypes.string_at(0); "
+        "consistent (1 of 1 rerun)"
+    )
+
+
 def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
     verdict = Verdict("t.py::test", stages=[_run(tmp_path, "kernels", "passed")])
     assert headline(verdict).startswith("did not reproduce in isolation")
