@@ -152,8 +152,8 @@ class ParentSession:
             replay_warning(self.config, record)
         properties: list[tuple[str, object]] = []
         for report in isolated_reports(item, run, reason):
-            # A crash in teardown too, as when a worker crashes there: the package's release, or a CUDA error that
-            # surfaces at the next sync, is the package's crash; the verdict says where the Python stack was.
+            # A crash in teardown too, as when a worker crashes there: the package's release, or a device-side assert
+            # that aborts at the next synchronize, crashes there; the verdict says where the Python stack was.
             crashed_here = report.failed and report.when == "teardown" and run.outcome is Outcome.CRASHED
             if report.failed and (report.when in ("setup", "call") or crashed_here) and resolved.debug is not None:
                 properties = attach_debug(
@@ -391,10 +391,9 @@ class XdistController:
         )
         test_path = _test_path(self.config, crashitem)
         properties = attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
-        if report.when == "teardown":
-            self._carry_properties(report)  # attach_debug put the verdict's properties on it already
-        else:
+        if report.when != "teardown":  # in teardown, attach_debug put them on this report, which junitxml reads
             self.crash_properties[crashitem] = [*self.crash_properties.get(crashitem, []), *properties]
+        self._carry_properties(report)
 
     def _carry_properties(self, report: pytest.TestReport) -> None:
         """A crash in teardown is itself the teardown report, which junitxml reads the properties from."""

@@ -188,29 +188,9 @@ def headline(verdict: Verdict) -> str:
     parts = [described]
     if verdict.test_failure is not None:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
-    if verdict.died_in:
-        parts.append(f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}")
-    elif verdict.crashed_after_run:
-        parts.append(_no_kernel_running(verdict))
-    elif verdict.last_completed and first.outcome is Outcome.CRASHED:
-        following = verdict.sources.get("next")
-        between = (
-            f"the next call is {following.name}{_at(verdict, 'next')}"
-            if following is not None
-            else "a custom op or an extern call"
-        )
-        parts.append(
-            f"after kernel {verdict.last_completed} completed and before the next kernel launched "
-            f"(the crash is in code between compiled kernels: {between})"
-        )
-    elif verdict.crash_frame is not None and first.outcome is Outcome.CRASHED and not verdict.last_completed:
-        # No kernel had run (a crash in a fixture, an export, a load): the Python stack is all there is.
-        parts.append(f"the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}")
-    elif verdict.last_completed:
-        nonfinite = verdict.first_nonfinite
-        # The first NaN/Inf's kernel names its line below: the same line once is enough.
-        same = nonfinite is not None and nonfinite.kernel == verdict.last_completed
-        parts.append(f"last kernel completed: {verdict.last_completed}{'' if same else _at(verdict, 'suspect')}")
+    where = _where_the_run_was(verdict, crashed=first.outcome is Outcome.CRASHED)
+    if where is not None:
+        parts.append(where)
     if verdict.phase == "load":
         parts.append("while loading the package")
     parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
@@ -229,6 +209,35 @@ def headline(verdict: Verdict) -> str:
     if verdict.reproduction is not None:
         parts.append(verdict.reproduction)
     return "; ".join(parts)
+
+
+def _where_the_run_was(verdict: Verdict, *, crashed: bool) -> str | None:
+    """Where in the package the rerun was when it failed: the kernel it died in, the code between two kernels, no
+    kernel at all (the Python stack then), or the last kernel that completed."""
+    if verdict.died_in:
+        return f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}"
+    if verdict.crashed_after_run:
+        return _no_kernel_running(verdict)
+    if verdict.last_completed and crashed:
+        following = verdict.sources.get("next")
+        between = (
+            f"the next call is {following.name}{_at(verdict, 'next')}"
+            if following is not None
+            else "a custom op or an extern call"
+        )
+        return (
+            f"after kernel {verdict.last_completed} completed and before the next kernel launched "
+            f"(the crash is in code between compiled kernels: {between})"
+        )
+    if verdict.last_completed:
+        nonfinite = verdict.first_nonfinite
+        # The first NaN/Inf's kernel names its line below: the same line once is enough.
+        same = nonfinite is not None and nonfinite.kernel == verdict.last_completed
+        return f"last kernel completed: {verdict.last_completed}{'' if same else _at(verdict, 'suspect')}"
+    if verdict.crash_frame is not None and crashed:
+        # No kernel had run (a crash in a fixture, an export, a load): the Python stack is all there is.
+        return f"the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}"
+    return None
 
 
 def _no_kernel_running(verdict: Verdict) -> str:
