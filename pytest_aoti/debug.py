@@ -14,11 +14,9 @@ mode 1 and provenance tracking, and :mod:`pytest_aoti.numerics` in the child nam
 
 from __future__ import annotations
 
-import linecache
 import os
 import shutil
 import sys
-import sysconfig
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -253,7 +251,7 @@ class StagePipeline:
         verdict.bounds_check = kernel_log.bounds_check(log)
         if first.outcome is Outcome.CRASHED:
             verdict.crashed_in = first.unreported_phase
-            verdict.crash_frame = user_frame(kernel_log.crash_frames(log))
+            verdict.crash_frame = provenance.user_frame(kernel_log.crash_frames(log))
         if first.outcome is Outcome.TIMED_OUT and later_stages:
             self.stopped = True
             verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
@@ -417,25 +415,6 @@ def kernel_sources(
     if verdict.numerics is not None and verdict.numerics.diverged is not None:
         find("divergent", verdict.numerics.diverged.kernel)
     return found
-
-
-def _library_dirs() -> tuple[str, ...]:
-    """Where code that is not the user's lives: the standard library, installed packages, pytest-aoti itself."""
-    paths = sysconfig.get_paths()
-    dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
-    dirs.add(str(Path(__file__).parent))  # an editable install of pytest-aoti is outside site-packages
-    return tuple(os.path.join(directory, "") for directory in dirs)
-
-
-def user_frame(frames: list[kernel_log.CrashFrame]) -> provenance.SourceLine | None:
-    """The innermost frame of a crash's Python stack in the user's code (not the standard library, an installed
-    package or pytest-aoti), with its source line read here: the child ran on this machine, from these files."""
-    library = _library_dirs()
-    for frame in frames:
-        if not frame.file.startswith(("<", *library)):
-            text = linecache.getline(frame.file, frame.line).strip()
-            return provenance.SourceLine(frame.file, frame.line, frame.function, text)
-    return None
 
 
 def _launch_count(log: str, kernel: str, when: str) -> int:

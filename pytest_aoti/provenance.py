@@ -3,20 +3,26 @@
 A package compiled with Inductor's provenance tracking (``INDUCTOR_PROVENANCE=1``, which the debug stages set) holds
 ``kernel_information.json``: for every kernel launch and extern call, keyed ``<name>:<debug handle>`` in launch order,
 the graph nodes it computes and their stack traces at export. This module reads it from the package (a zip: no torch
-import) and keeps the innermost frame outside torch of each trace: the user's line.
+import) and keeps the innermost frame outside torch of each trace: the user's line. A crash's Python stack (a
+faulthandler dump) gets its user's line here too: its innermost frame outside the standard library, installed
+packages and pytest-aoti.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import linecache
 import os
 import re
+import sysconfig
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pytest_aoti.kernel_log import CrashFrame
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\n[ \t]*(?P<text>[^\n]*)')
 
@@ -69,6 +75,25 @@ def user_line(stack_trace: str, torch_dir: str | None) -> SourceLine | None:
     frames = [SourceLine(m["file"], int(m["line"]), m["function"], m["text"]) for m in _FRAME.finditer(stack_trace)]
     mine = [frame for frame in frames if torch_dir is None or not frame.file.startswith(torch_dir)]
     return mine[-1] if mine else None
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives: the standard library, installed packages, pytest-aoti itself."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
+    dirs.add(str(Path(__file__).parent))  # an editable install of pytest-aoti is outside site-packages
+    return tuple(os.path.join(directory, "") for directory in dirs)
+
+
+def user_frame(frames: list[CrashFrame]) -> SourceLine | None:
+    """The innermost frame of a crash's Python stack in the user's code (not the standard library, an installed
+    package or pytest-aoti), with its source line read here: the child ran on this machine, from these files."""
+    library = _library_dirs()
+    for frame in frames:
+        if not frame.file.startswith(("<", *library)):
+            text = linecache.getline(frame.file, frame.line).strip()
+            return SourceLine(frame.file, frame.line, frame.function, text)
+    return None
 
 
 def read_kernel_sources(package: Path, node_traces: Mapping[str, str] | None = None) -> list[KernelSource]:

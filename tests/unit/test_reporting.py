@@ -11,10 +11,10 @@ import pytest
 
 from pytest_aoti import kernel_log
 from pytest_aoti.child import ChildRun, _outcome
-from pytest_aoti.debug import Verdict, user_frame
+from pytest_aoti.debug import Verdict
 from pytest_aoti.errors import AOTICompileError, failure_kind
 from pytest_aoti.protocol import VerdictSummary
-from pytest_aoti.provenance import SourceLine
+from pytest_aoti.provenance import SourceLine, user_frame
 from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
 from pytest_aoti.triage import not_rerun_reason
 
