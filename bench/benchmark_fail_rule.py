@@ -1,4 +1,4 @@
-"""The benchmark fail rule, measured in one run: false positives and true positives of ``pytest_aoti.benchmark``.
+"""The benchmark fail rule, measured in one run: false positives and true positives of ``pytest_aoti.benchmark.timing``.
 
 One package is compiled (an MLP with a custom op that busy-waits for a set time per call: 0 unless planted). A
 baseline is measured, then the same package is measured and compared with it ``--runs`` times (false positives: any
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from pytest_aoti import benchmark
-from pytest_aoti.compiler import compile_model, load_package
+from pytest_aoti.benchmark import timing as benchmark
+from pytest_aoti.core.compiler import compile_model, load_package
 
 SPIN_SECONDS = [0.0]
 GPU_CYCLES_PER_SECOND = [0.0]

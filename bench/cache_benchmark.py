@@ -21,7 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pytest_aoti.child import private_tmpdir
+from pytest_aoti.debug.child import private_tmpdir
 
 REFERENCE_SUITE = textwrap.dedent(
     """
@@ -94,7 +94,6 @@ HIT_OVERHEAD = textwrap.dedent(
     from pathlib import Path
     import torch
     from pytest_aoti import PackageCache, compile_model
-
     cache_dir, build_dir = Path(sys.argv[1]), Path(sys.argv[2])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)).eval()

@@ -128,7 +128,7 @@ def child(device: str, package_dir: str, started: float) -> None:
 
 
 def _build_env(build: str) -> dict[str, str]:
-    from pytest_aoti.debug import kernels_env, tensors_env
+    from pytest_aoti.debug.stages import kernels_env, tensors_env
 
     return {"plain": {}, "kernels": kernels_env({}), "tensors": tensors_env((), {})}[build]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from pytest_aoti.child import private_tmpdir
-from pytest_aoti.minify import _EXIT_NONFINITE, Search, _JudgeServer
+from pytest_aoti.debug.child import private_tmpdir
+from pytest_aoti.debug.minify import _EXIT_NONFINITE, Search, _JudgeServer
 
 ROUNDS = 3
 

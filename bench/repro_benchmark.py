@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from pytest_aoti.bundle import write_inputs, write_program
-from pytest_aoti.child import private_tmpdir
+from pytest_aoti.debug.bundle import write_inputs, write_program
+from pytest_aoti.debug.child import private_tmpdir
 
 ROUNDS = 3
 

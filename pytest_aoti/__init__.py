@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
+from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
 
 if TYPE_CHECKING:
-    from pytest_aoti.cache import PackageCache, package_key
-    from pytest_aoti.compiler import CompiledModel, check_model, compile_model
-    from pytest_aoti.strategies import DrawnInputs, dynamic_inputs, input_shapes
+    from pytest_aoti.core.cache import PackageCache, package_key
+    from pytest_aoti.core.compiler import CompiledModel, check_model, compile_model
+    from pytest_aoti.core.strategies import DrawnInputs, dynamic_inputs, input_shapes
 
 __all__ = [
     "AOTICompileError",
@@ -30,14 +30,14 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CompiledModel": "pytest_aoti.compiler",
-    "check_model": "pytest_aoti.compiler",
-    "compile_model": "pytest_aoti.compiler",
-    "PackageCache": "pytest_aoti.cache",
-    "package_key": "pytest_aoti.cache",
-    "dynamic_inputs": "pytest_aoti.strategies",
-    "input_shapes": "pytest_aoti.strategies",
-    "DrawnInputs": "pytest_aoti.strategies",
+    "CompiledModel": "pytest_aoti.core.compiler",
+    "check_model": "pytest_aoti.core.compiler",
+    "compile_model": "pytest_aoti.core.compiler",
+    "PackageCache": "pytest_aoti.core.cache",
+    "package_key": "pytest_aoti.core.cache",
+    "dynamic_inputs": "pytest_aoti.core.strategies",
+    "input_shapes": "pytest_aoti.core.strategies",
+    "DrawnInputs": "pytest_aoti.core.strategies",
 }
 
 

@@ -1,5 +1,5 @@
 """The fixtures users call (``aoti_device``, ``aoti_compile``, ``aoti_check``, ``aoti_compile_shared``): thin glue
-over :func:`pytest_aoti.compiler.compile_model` / :func:`~pytest_aoti.compiler.check_model`, with the session's
+over ``core.compiler.compile_model`` / ``check_model``, with the session's
 package cache, packages and their extraction dirs under pytest's tmp dirs, and loaded packages released at the end
 of each test. Registered in every role (parent, xdist worker, child)."""
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.errors import AOTICompileError, AOTIExportError, failure_kind
+from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, failure_kind
 from pytest_aoti.settings import DeployRequest, item_settings, settings_key
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.cache import PackageCache
-    from pytest_aoti.compiler import CallCapture, CallObservers, CompiledModel
+    from pytest_aoti.core.cache import PackageCache
+    from pytest_aoti.core.compiler import CallCapture, CallObservers, CompiledModel
 
 cache_key = pytest.StashKey["PackageCache | None"]()
 worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
@@ -29,7 +29,7 @@ compiled_key = pytest.StashKey[list["CompiledModel"]]()
 def session_cache(config: pytest.Config) -> PackageCache | None:
     if cache_key not in config.stash:
         settings = config.stash[settings_key]
-        from pytest_aoti.cache import PackageCache
+        from pytest_aoti.core.cache import PackageCache
 
         config.stash[cache_key] = (
             PackageCache.open(settings.cache_dir, settings.cache_max_bytes) if settings.use_cache else None
@@ -46,10 +46,10 @@ def cache_stats(config: pytest.Config) -> list[dict[str, Any]]:
 
 def resolve_device(name: str, worker: str | None = None) -> torch.device:
     """``auto``/``cpu``/``cuda``/``cuda:N`` to a torch.device, an xdist worker's ``auto``/``cuda`` to its own GPU
-    (:mod:`pytest_aoti.devices`); skips the test when the CUDA device is absent."""
+    (:mod:`pytest_aoti.core.devices`); skips the test when the CUDA device is absent."""
     import torch
 
-    from pytest_aoti.devices import choose_device, visible_cuda_devices, xdist_worker_index
+    from pytest_aoti.core.devices import choose_device, visible_cuda_devices, xdist_worker_index
 
     count = visible_cuda_devices()
     device = torch.device(choose_device(name, xdist_worker_index(worker), count))
@@ -70,7 +70,7 @@ device_property_key = pytest.StashKey[str]()
 def aoti_device(pytestconfig: pytest.Config) -> torch.device:
     """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``; under xdist, ``auto`` gives each
     worker its own GPU. It is also made the current CUDA device, so a test's plain ``"cuda"`` tensors land there."""
-    from pytest_aoti.devices import workerid
+    from pytest_aoti.core.devices import workerid
 
     device = resolve_device(pytestconfig.stash[settings_key].device, workerid(pytestconfig))
     shown = str(device)
@@ -91,7 +91,7 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
         try:
             return build(*args, **kwargs)
         except (AOTIExportError, AOTICompileError) as error:
-            from pytest_aoti.compiler import full_traceback
+            from pytest_aoti.core.compiler import full_traceback
 
             message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
             kind = failure_kind(error)
@@ -133,7 +133,7 @@ def _builder(
     """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
     input moved to ``device``, the session's cache, and build failures turned into test failures. ``deploy``: the
     deployment checks each built package gets (``@pytest.mark.aoti_deploy``, ``--aoti-deploy-check``)."""
-    from pytest_aoti.compiler import as_module
+    from pytest_aoti.core.compiler import as_module
 
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
     cache = session_cache(config)
@@ -147,7 +147,7 @@ def _builder(
         options.setdefault("allow_nonfinite", allow_nonfinite)
         options.setdefault("restride_inputs", restride_inputs)
         options.setdefault("allow_out_of_range", allow_out_of_range)
-        from pytest_aoti.benchmark_plugin import device_lock
+        from pytest_aoti.benchmark.plugin import device_lock
 
         with device_lock(config, exclusive=False):  # under xdist with benchmarks: no compile while one is timed
             compiled = core(
@@ -177,7 +177,7 @@ def _deploy_checks(
     package_dir: Path,
 ) -> None:
     __tracebackhide__ = True
-    from pytest_aoti.deploy import (
+    from pytest_aoti.deploy.checks import (
         check_cuda_graph,
         check_device_matrix,
         check_standalone,
@@ -222,7 +222,7 @@ debug_sinks_key = pytest.StashKey[DebugSinks]()
 
 
 def _debug_observers(config: pytest.Config) -> CallObservers:
-    from pytest_aoti.compiler import NO_OBSERVERS, CallObservers
+    from pytest_aoti.core.compiler import NO_OBSERVERS, CallObservers
 
     sinks = config.stash.get(debug_sinks_key, DebugSinks())
     bundle_dir, numerics_dir = sinks.bundle_dir, sinks.numerics_dir
@@ -230,13 +230,13 @@ def _debug_observers(config: pytest.Config) -> CallObservers:
         return NO_OBSERVERS
 
     def record(compiled: CompiledModel, args: Any, kwargs: Any) -> None:
-        from pytest_aoti.bundle import write_call
+        from pytest_aoti.debug.bundle import write_call
 
         assert bundle_dir is not None
         write_call(bundle_dir, compiled, args, kwargs)
 
     def capture(number: int) -> CallCapture:
-        from pytest_aoti.numerics import Capture
+        from pytest_aoti.debug.numerics import Capture
 
         assert numerics_dir is not None
         return Capture(numerics_dir, number, sinks.event_file)
@@ -277,7 +277,7 @@ def aoti_compile(
     """``aoti_compile(model, args, kwargs=None, *, dynamic_shapes=None, inductor_configs=None, strict=False)``:
     move the model and inputs to ``aoti_device``, export, compile (or take from the cache), load; the result checks
     its invariants on every call."""
-    from pytest_aoti.compiler import compile_model
+    from pytest_aoti.core.compiler import compile_model
 
     yield from _per_test_builder(compile_model, request, aoti_device, tmp_path)
 
@@ -290,7 +290,7 @@ def aoti_check(
     compile as ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input
     set; with ``snapshot=True`` also hold the package's outputs against golden outputs recorded earlier
     (``snapshot_rtol``/``snapshot_atol``: that comparison's tolerances, default by dtype)."""
-    from pytest_aoti.compiler import check_flag, check_model
+    from pytest_aoti.core.compiler import check_flag, check_model
 
     def check(
         model: Any,
@@ -304,8 +304,8 @@ def aoti_check(
     ) -> CompiledModel:
         __tracebackhide__ = True
         if check_flag(snapshot, "snapshot"):
-            from pytest_aoti.compiler import tolerance_value
-            from pytest_aoti.snapshot_plugin import golden_hook
+            from pytest_aoti.core.compiler import tolerance_value
+            from pytest_aoti.snapshots.plugin import golden_hook
 
             rtol = tolerance_value(snapshot_rtol, "snapshot_rtol")
             atol = tolerance_value(snapshot_atol, "snapshot_atol")
@@ -321,7 +321,7 @@ def aoti_compile_shared(
 ) -> Generator[Callable[..., CompiledModel], None, None]:
     """``aoti_compile`` for module-scoped fixtures: compile once, use in many tests or Hypothesis examples
     (function-scoped fixtures and ``@given`` do not mix). Released when the module's tests are done."""
-    from pytest_aoti.compiler import compile_model
+    from pytest_aoti.core.compiler import compile_model
 
     _seed()
     record: list[CompiledModel] = []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_aoti.debug import Verdict
+    from pytest_aoti.debug.stages import Verdict
 
 
 @pytest.hookspec

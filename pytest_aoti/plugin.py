@@ -1,7 +1,7 @@
 """pytest-aoti's entry point (``pytest11``): options, markers, and the role objects registered at configure time.
 
-The process the user started (and each of its xdist workers) gets :class:`~pytest_aoti.parent.ParentSession`; a
-child that pytest-aoti spawned to rerun or isolate one test gets :class:`~pytest_aoti.child_session.ChildSession`;
+The process the user started (and each of its xdist workers) gets :class:`~pytest_aoti.debug.parent.ParentSession`; a
+child that pytest-aoti spawned to rerun or isolate one test gets :class:`~pytest_aoti.debug.child_session.ChildSession`;
 both get the fixtures. No hook asks which side it is on. Importing this module must not import torch.
 """
 
@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import benchmark_plugin, fixtures, snapshot_plugin, verify_plugin
+from pytest_aoti import fixtures
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
+from pytest_aoti.benchmark import plugin as benchmark_plugin
+from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
+from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
-from pytest_aoti.torch_logs import quiet_torch_trace
+from pytest_aoti.snapshots import plugin as snapshot_plugin
+from pytest_aoti.verify import plugin as verify_plugin
 
 one_worker_key = pytest.StashKey[bool]()
 
@@ -35,7 +38,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     if os.environ.get(CHILD_ENV):
-        from pytest_aoti.child_session import neutralize_parent_options
+        from pytest_aoti.debug.child_session import neutralize_parent_options
 
         neutralize_parent_options(config)
 
@@ -57,14 +60,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(verify_plugin, "aoti-verify")
     config.pluginmanager.register(benchmark_plugin, "aoti-benchmarks")
     if in_child:
-        from pytest_aoti.child_session import ChildSession
+        from pytest_aoti.debug.child_session import ChildSession
 
         session: object = ChildSession(
             config, os.environ.get(NODEID_ENV, ""), os.environ.get(TEST_PATH_ENV), os.environ.get(REPORT_FILE_ENV)
         )
         config.pluginmanager.register(session, "aoti-child-session")
         return
-    from pytest_aoti.parent import ParentSession, XdistController
+    from pytest_aoti.debug.parent import ParentSession, XdistController
 
     tracker = snapshot_plugin.SnapshotTracker(config)
     config.pluginmanager.register(tracker, "aoti-snapshot-tracker")
@@ -75,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
     if settings.cache_clear and not is_xdist_worker:
-        from pytest_aoti.cache import clear_cache_dir
+        from pytest_aoti.core.cache import clear_cache_dir
 
         clear_cache_dir(settings.cache_dir)
 
@@ -110,7 +113,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
 
 def _device_header(config: pytest.Config, setting: str) -> str:
     """The setting, and where it puts this run's tests: under xdist with GPUs, which worker takes which GPU."""
-    from pytest_aoti.devices import SPREAD_SETTINGS, choose_device, visible_cuda_devices, worker_map
+    from pytest_aoti.core.devices import SPREAD_SETTINGS, choose_device, visible_cuda_devices, worker_map
 
     if setting not in SPREAD_SETTINGS:
         return setting

@@ -16,8 +16,8 @@ from tests.conftest import RunPytest, left_behind
 
 torch = pytest.importorskip("torch")
 
-from pytest_aoti.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
-from pytest_aoti.compiler import compile_model  # noqa: E402
+from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
+from pytest_aoti.core.compiler import compile_model  # noqa: E402
 
 
 class Small(torch.nn.Module):
@@ -151,7 +151,7 @@ def test_a_child_skips_the_isa_probe_its_parent_passed_with_the_same_key(
     the probe, and skipping it (env or config) changes no package key; turning vectorization off does."""
     import torch._inductor.config as inductor_config
 
-    from pytest_aoti.child import _inherited_isa_probe
+    from pytest_aoti.debug.child import _inherited_isa_probe
 
     monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
     assert _inherited_isa_probe() == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}  # every ISA this CPU advertises passed
@@ -262,7 +262,6 @@ import time
 from pathlib import Path
 import torch
 from pytest_aoti import PackageCache, compile_model
-
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.Sigmoid())
 cache = PackageCache.open(Path(sys.argv[1]), max_bytes=1 << 30)
@@ -317,7 +316,7 @@ def test_a_nan_debug_run_names_its_kernel_and_minifies(
     result = run_pytest("-rA", "--aoti-minify", "--aoti-minify-max-candidates=1")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
-    assert "verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
+    assert "verdict: failed: pytest_aoti.core.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text
     assert re.search(r"first NaN/Inf: cpp_fused_log_mul_0 buf0 \(mean -?nan", text), text
     # The kernel's line in the user's model (Inductor's provenance data in the debug package), and both reruns failed.
     assert re.search(

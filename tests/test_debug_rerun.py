@@ -341,7 +341,7 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     assert (pytester.path / "calls.txt").read_text() == "3"
     result.stdout.fnmatch_lines(
         [
-            "*verdict: failed: pytest_aoti.errors.AOTIInvariantError: output 0: nonfinite*; flaky (1 of 2 reruns)",
+            "*verdict: failed: pytest_aoti.core.errors.AOTIInvariantError: output 0: nonfinite*; flaky (1 of 2 reruns)",
             "*stage kernels (printer=3): passed*",
             "*stage kernels, run 2 (printer=3): failed*",
         ]

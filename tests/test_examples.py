@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.cache import default_cache_dir
+from pytest_aoti.core.cache import default_cache_dir
 from tests.conftest import RunPytest
 
 EXAMPLES = Path(__file__).parent.parent / "conftest_examples"

@@ -22,8 +22,6 @@ from torch.export import Dim
 
 from aoti_models import MLP, LogModel, RowScale
 from pytest_aoti import AOTIInvariantError
-
-
 def test_mlp_matches_eager(aoti_check, aoti_device):
     compiled = aoti_check(MLP(), (torch.randn(4, 8),), more_inputs=[(torch.randn(4, 8),)])
     assert compiled.device == aoti_device

@@ -15,8 +15,8 @@ sympy = pytest.importorskip("sympy")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_aoti.invariants import ProgramSpec, TensorSpec, check_inputs  # noqa: E402
-from pytest_aoti.strategies import input_shapes  # noqa: E402
+from pytest_aoti.core.invariants import ProgramSpec, TensorSpec, check_inputs  # noqa: E402
+from pytest_aoti.core.strategies import input_shapes  # noqa: E402
 
 USER_TESTS = """
 import pytest
@@ -26,8 +26,6 @@ from torch.export import Dim
 
 from aoti_models import PLANTED, PlantedBug
 from pytest_aoti import dynamic_inputs
-
-
 def _batch_dynamic(aoti_compile_shared, model, features):
     batch = Dim("batch", min=1, max=64)
     return aoti_compile_shared(model, (torch.randn(4, features),), dynamic_shapes={"x": {0: batch}})
@@ -171,8 +169,8 @@ class _Lookup(torch.nn.Module):
 @given(data=st.data())
 def test_drawn_ids_index_the_table_they_feed(data: st.DataObject) -> None:
     """An embedding's ids are drawn inside its table (the input check refuses any other), other integers as before."""
-    from pytest_aoti.invariants import program_spec
-    from pytest_aoti.strategies import InputDraw, _materialize
+    from pytest_aoti.core.invariants import program_spec
+    from pytest_aoti.core.strategies import InputDraw, _materialize
 
     batch = torch.export.Dim("batch", min=1, max=64)
     example = (torch.zeros(3, 5, dtype=torch.int64), torch.zeros(3, dtype=torch.int32))

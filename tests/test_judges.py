@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.minify import _EXIT_NOT_RUN, Search, _JudgeServer
+from pytest_aoti.debug.minify import _EXIT_NOT_RUN, Search, _JudgeServer
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the judge server forks (Linux only)")
 

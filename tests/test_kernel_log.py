@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_aoti import kernel_log
-from pytest_aoti.phases import last_phase
+from pytest_aoti.core.phases import last_phase
+from pytest_aoti.debug import kernel_log
 
 EVIDENCE = Path(__file__).parent.parent / "docs" / "gpu-evidence"
 

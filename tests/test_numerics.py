@@ -146,7 +146,7 @@ class _Scaled(torch.nn.Module):
 
 
 def test_eager_values_follow_eager_not_the_exported_program() -> None:
-    from pytest_aoti.numerics import Capture, node_values
+    from pytest_aoti.debug.numerics import Capture, node_values
 
     model = _Scaled()
     x = torch.randn(2, 4)
@@ -163,7 +163,7 @@ def test_eager_values_follow_eager_not_the_exported_program() -> None:
 
 
 def test_compare_reports_the_worst_element_and_both_tolerances() -> None:
-    from pytest_aoti.numerics import compare
+    from pytest_aoti.debug.numerics import compare
 
     expected = torch.zeros(2, 3)
     actual = expected.clone()
@@ -189,8 +189,8 @@ class _Dropping(torch.nn.Module):
 
 
 def test_random_ops_are_the_ones_that_draw() -> None:
-    from pytest_aoti.compiler import _random_ops
-    from pytest_aoti.errors import AOTIMismatchError, failure_kind
+    from pytest_aoti.core.compiler import _random_ops
+    from pytest_aoti.core.errors import AOTIMismatchError, failure_kind
 
     x = torch.randn(2, 4)
     # In training mode the module's dropout draws; p=0 does not.
@@ -216,7 +216,7 @@ class _Attending(torch.nn.Module):
 def test_attention_draws_only_with_dropout() -> None:
     """scaled_dot_product_attention is tagged random whatever its ``dropout_p``: an eval-mode transformer's mismatch
     must not be blamed on random draws (it would also skip the numerics rerun)."""
-    from pytest_aoti.compiler import _random_ops
+    from pytest_aoti.core.compiler import _random_ops
 
     q = torch.randn(1, 2, 4, 8)
     assert _random_ops(torch.export.export(_Attending(0.1).eval(), (q,))) == ()
@@ -230,8 +230,8 @@ def test_attention_draws_only_with_dropout() -> None:
 def test_outputs_as_exported_tells_export_from_inductor() -> None:
     """Python state baked in at export: the exported program (what the package computes) differs from eager even
     where no kernel of the package holds the differing node."""
-    from pytest_aoti.compiler import ComparedCall
-    from pytest_aoti.numerics import _outputs_as_exported
+    from pytest_aoti.core.compiler import ComparedCall
+    from pytest_aoti.debug.numerics import _outputs_as_exported
 
     model = _Scaled()
     # Outputs the relu keeps (random ones were all zeroed about once in 256 runs, and then no scale differs).
@@ -250,8 +250,8 @@ def test_outputs_as_exported_tells_export_from_inductor() -> None:
 
 
 def test_divergence_text_blames_export_when_the_outputs_say_so() -> None:
-    from pytest_aoti.protocol import Finding
-    from pytest_aoti.reporting import divergence
+    from pytest_aoti.core.protocol import Finding
+    from pytest_aoti.debug.reporting import divergence
 
     finding = Finding(compared=2, noise="rtol=1.3e-06, atol=1e-05", outputs_as_exported=True)
     assert "the package's outputs are the exported program's and eager's are not" in divergence(finding)
@@ -313,7 +313,7 @@ def test_eager_values_through_higher_order_ops_and_mutated_buffers(
     """Eager runs under the recorder without error (the test's own eager call is recorded in the numerics child),
     and every node after the higher-order op has eager's value: its outputs are compared, with a note that the
     kernels inside it are not."""
-    from pytest_aoti.numerics import Capture, node_values
+    from pytest_aoti.debug.numerics import Capture, node_values
 
     args = inputs()
     program = torch.export.export(model(), args)
@@ -337,7 +337,7 @@ def test_eager_values_through_higher_order_ops_and_mutated_buffers(
 
 
 def test_a_bool_is_not_compared_with_a_number() -> None:
-    from pytest_aoti.numerics import compare
+    from pytest_aoti.debug.numerics import compare
 
     assert compare(torch.tensor(0.5), torch.tensor(True), None) is None
     assert compare(torch.tensor(1, dtype=torch.int64), torch.tensor(1.0), None) is None
@@ -359,7 +359,7 @@ def test_a_mismatch_names_the_buffers_the_model_updates() -> None:
     """A model that updates a buffer in forward holds other state than the package after its first call: the
     mismatch names the buffer and the line that writes it, in export's default IR and in a decomposed program; a
     buffer only read is not named."""
-    from pytest_aoti.compiler import _mismatch_error, _updated_buffers
+    from pytest_aoti.core.compiler import _mismatch_error, _updated_buffers
 
     program = torch.export.export(_Counting(), (torch.randn(3),))
     (line,) = _updated_buffers(program).values()

@@ -9,7 +9,6 @@ def test_matches_eager(aoti_check, zoo_entry):
 
 def test_rejects_a_wrong_batch_before_running(aoti_compile, zoo_entry):
     from pytest_aoti import AOTIInvariantError
-
     model, example, _ = zoo_entry
     compiled = aoti_compile(model, example)
     wrong = torch.cat([example[0], example[0][:1]])

@@ -23,7 +23,6 @@ def test_block_bf16(aoti_check):
 
 def test_cpu_input_is_rejected_before_the_package_runs(aoti_compile, aoti_device):
     from pytest_aoti import AOTIInvariantError
-
     compiled = aoti_compile(Block(), (torch.randn(16, 64),))
     with pytest.raises(
         AOTIInvariantError, match=r"input 0 \('x'\): device invariant violated: expected cuda:0, got cpu"

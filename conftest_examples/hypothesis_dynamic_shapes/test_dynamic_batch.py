@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 from torch.export import Dim
 
 from pytest_aoti import dynamic_inputs
-
-
 class TokenMixer(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

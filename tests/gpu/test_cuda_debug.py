@@ -86,7 +86,6 @@ def test_after_ima(aoti_check, aoti_device, batch):
 
 def test_cpu_input_to_cuda_package(aoti_compile):
     from pytest_aoti import AOTIInvariantError
-
     compiled = aoti_compile(MLP(), (torch.randn(8, 64),))
     with pytest.raises(AOTIInvariantError, match=r"device invariant violated: expected cuda:\d+, got cpu"):
         compiled(torch.randn(8, 64))
@@ -198,8 +197,6 @@ def test_hypothesis_stops_shrinking_on_a_poisoned_context(pytester: pytest.Pytes
 
         from gpu_models import ShiftedGather
         from pytest_aoti import dynamic_inputs
-
-
         @pytest.fixture(scope="module")
         def gather(aoti_compile_shared, aoti_device):
             n = Dim("n", min=128, max=4096)

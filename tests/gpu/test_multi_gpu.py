@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_aoti.bundle import write_inputs, write_program
+from pytest_aoti.debug.bundle import write_inputs, write_program
 from tests.conftest import RunPytest, junit_cases
 from tests.gpu.test_cuda_debug import GPU_MODELS, _keep
 
@@ -189,6 +189,6 @@ def test_a_minify_judge_runs_its_candidate_on_the_gpu_the_call_ran_on(bundle_on_
     candidate = bundle_on_the_last_gpu / "candidate"
     shutil.copytree(bundle_on_the_last_gpu, candidate)
     judge = subprocess.run(
-        [sys.executable, "-m", "pytest_aoti.minify", "--judge", str(candidate)], capture_output=True, text=True
+        [sys.executable, "-m", "pytest_aoti.debug.minify", "--judge", str(candidate)], capture_output=True, text=True
     )
     assert judge.returncode == 0, judge.stdout + judge.stderr

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_aoti.accuracy import float64_outputs, judge  # noqa: E402
+from pytest_aoti.core.accuracy import float64_outputs, judge  # noqa: E402
 
 
 class _Gated(torch.nn.Module):

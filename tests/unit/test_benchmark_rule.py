@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.benchmark import Baselines, Figures, compare
+from pytest_aoti.benchmark.timing import Baselines, Figures, compare
 
 
 def _figures(times: list[float]) -> Figures:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.bundle import import_root
+from pytest_aoti.debug.bundle import import_root
 
 
 def _write(path: Path, text: str = "") -> Path:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pytest_aoti.deploy import unregistered_type_explanation
+from pytest_aoti.deploy.checks import unregistered_type_explanation
 
 BERT_IN_A_FRESH_INTERPRETER = (
     "bundled.pt2: on cpu the package raised: NotImplementedError: Deserializing "

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_aoti.child_args import strip_parent_only, without_xdist_group
-from pytest_aoti.devices import assigned_device, choose_device, worker_map, workerid, xdist_worker_index
+from pytest_aoti.core.devices import assigned_device, choose_device, worker_map, workerid, xdist_worker_index
+from pytest_aoti.debug.child_args import strip_parent_only, without_xdist_group
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_workers_child_and_its_reproduce_line_name_the_workers_gpu(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # This machine has no GPU: the share a worker would get on a two-GPU host is given, the command line is real.
-    import pytest_aoti.child as child
+    import pytest_aoti.debug.child as child
 
     config = pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-device=auto", "-k", "x")
     monkeypatch.setattr(child, "assigned_device", lambda setting, worker: "cuda:1" if setting == "auto" else None)

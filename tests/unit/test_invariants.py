@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 
 from torch.export import Dim  # noqa: E402
 
-from pytest_aoti.dims import ExportCall, dim_names  # noqa: E402
-from pytest_aoti.errors import AOTIInvariantError  # noqa: E402
-from pytest_aoti.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
+from pytest_aoti.core.dims import ExportCall, dim_names  # noqa: E402
+from pytest_aoti.core.errors import AOTIInvariantError  # noqa: E402
+from pytest_aoti.core.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -129,7 +129,7 @@ def _ids(*values: int) -> torch.Tensor:
 
 
 def test_an_input_that_indexes_a_table_is_held_to_its_rows() -> None:
-    from pytest_aoti.invariants import spec_from_json, spec_to_json
+    from pytest_aoti.core.invariants import spec_from_json, spec_to_json
 
     ep = torch.export.export(_Tables(), (_ids(1, 2), _ids(7, 9), _ids(1, 9)))
     spec = program_spec(ep)

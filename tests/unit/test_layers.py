@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 ORCHESTRATION = (
-    "pytest_aoti.debug",
-    "pytest_aoti.child",
-    "pytest_aoti.parent",
+    "pytest_aoti.debug.stages",
+    "pytest_aoti.debug.child",
+    "pytest_aoti.debug.parent",
     "pytest_aoti.plugin",
-    "pytest_aoti.reporting",
+    "pytest_aoti.debug.reporting",
     "pytest_aoti.settings",
-    "pytest_aoti.minify",
-    "pytest_aoti.child_session",
+    "pytest_aoti.debug.minify",
+    "pytest_aoti.debug.child_session",
     # What a debug child plugs into the core's calls (compiler.CallObservers), not what the core imports:
-    "pytest_aoti.bundle",
-    "pytest_aoti.numerics",
+    "pytest_aoti.debug.bundle",
+    "pytest_aoti.debug.numerics",
 )
 
 
@@ -44,13 +44,16 @@ def _loaded_after_each(modules: list[str]) -> list[tuple[str, set[str]]]:
 def test_the_core_loads_neither_pytest_nor_the_debug_orchestration() -> None:
     """The core's modules in one interpreter (each imports torch): the first one to load a forbidden module is
     named."""
-    for name, loaded in _loaded_after_each(["pytest_aoti.compiler", "pytest_aoti.cache", "pytest_aoti.invariants"]):
+    for name, loaded in _loaded_after_each(
+        ["pytest_aoti.core.compiler", "pytest_aoti.core.cache", "pytest_aoti.core.invariants"]
+    ):
         forbidden = loaded & {"pytest", "_pytest", *ORCHESTRATION}
         assert not forbidden, f"importing {name} loaded {sorted(forbidden)}"
 
 
 @pytest.mark.parametrize(
-    "light", ["pytest_aoti.protocol", "pytest_aoti.processes", "pytest_aoti.devices", "pytest_aoti.triage"]
+    "light",
+    ["pytest_aoti.core.protocol", "pytest_aoti.core.processes", "pytest_aoti.core.devices", "pytest_aoti.debug.triage"],
 )
 def test_the_boundary_loads_neither_torch_nor_pytest(light: str) -> None:
     ((_, loaded),) = _loaded_after_each([light])
@@ -63,7 +66,7 @@ def test_no_function_in_the_package_runs_over_60_lines() -> None:
 
     package = Path(__file__).parents[2] / "pytest_aoti"
     long = []
-    for path in sorted(package.glob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1
@@ -80,7 +83,7 @@ def test_the_package_has_no_import_cycle() -> None:
 
     package = Path(__file__).parents[2] / "pytest_aoti"
     imports: dict[str, set[str]] = {}
-    for path in package.glob("*.py"):
+    for path in package.rglob("*.py"):
         found: set[str] = set()
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_aoti"):
@@ -120,7 +123,7 @@ def _repro_script_lines(path: Path) -> range:
 
 
 def test_private_torch_apis_are_reached_only_through_torch_private() -> None:
-    """Every undocumented torch internal the package uses sits behind ``pytest_aoti.torch_private``, with its
+    """Every undocumented torch internal the package uses sits behind ``pytest_aoti.core.torch_private``, with its
     version guard: one file to change when a torch release moves one."""
     import re
     from pathlib import Path
@@ -128,7 +131,7 @@ def test_private_torch_apis_are_reached_only_through_torch_private() -> None:
     package = Path(__file__).parents[2] / "pytest_aoti"
     dotted = re.compile(r"\btorch(?:\.\w+)+")
     found = []
-    for path in sorted(package.glob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         if path.name == "torch_private.py":
             continue
         script = _repro_script_lines(path)

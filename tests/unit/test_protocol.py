@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pytest_aoti.protocol import FailureKind, Name, Outcome, Stage
+from pytest_aoti.core.protocol import FailureKind, Name, Outcome, Stage
+from pytest_aoti.debug.triage import triage
 from pytest_aoti.settings import DebugRequest
-from pytest_aoti.triage import triage
 
 
 @pytest.mark.parametrize("name", [Stage.KERNELS, FailureKind.OUTPUT_NONFINITE, Outcome.TIMED_OUT])

@@ -9,11 +9,11 @@ import json
 import zipfile
 from pathlib import Path
 
-from pytest_aoti import kernel_log, provenance
-from pytest_aoti.child import ChildRun
-from pytest_aoti.debug import Verdict, kernel_sources
-from pytest_aoti.protocol import Outcome
-from pytest_aoti.reporting import headline, user_properties
+from pytest_aoti.core.protocol import Outcome
+from pytest_aoti.debug import kernel_log, provenance
+from pytest_aoti.debug.child import ChildRun
+from pytest_aoti.debug.reporting import headline, user_properties
+from pytest_aoti.debug.stages import Verdict, kernel_sources
 
 TORCH_DIR = Path(importlib.util.find_spec("torch").origin).parent  # type: ignore[arg-type,union-attr]
 MODELS = "/work/suite/aoti_models.py"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti import kernel_log
-from pytest_aoti.child import ChildRun, _outcome
-from pytest_aoti.debug import Verdict
-from pytest_aoti.errors import AOTICompileError, failure_kind
-from pytest_aoti.protocol import VerdictSummary
-from pytest_aoti.provenance import SourceLine, user_frame
-from pytest_aoti.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
-from pytest_aoti.triage import not_rerun_reason
+from pytest_aoti.core.errors import AOTICompileError, failure_kind
+from pytest_aoti.core.protocol import VerdictSummary
+from pytest_aoti.debug import kernel_log
+from pytest_aoti.debug.child import ChildRun, _outcome
+from pytest_aoti.debug.provenance import SourceLine, user_frame
+from pytest_aoti.debug.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
+from pytest_aoti.debug.stages import Verdict
+from pytest_aoti.debug.triage import not_rerun_reason
 
 
 def _run(
@@ -275,7 +275,7 @@ _CPU_ERROR_LOG = "Error: index out of bounds: 0 <= tmp3 < 10L\nException raised 
 
 
 def test_a_cpu_bounds_check_verdict_names_the_bad_input_and_the_lookup_line(tmp_path: Path) -> None:
-    from pytest_aoti.provenance import KernelSource, SourceLine
+    from pytest_aoti.debug.provenance import KernelSource, SourceLine
 
     assert kernel_log.bounds_check(_CPU_ERROR_LOG) == "index out of bounds: 0 <= tmp3 < 10"
     kernel = "cpp_fused_add_embedding_native_layer_norm_0"
@@ -322,7 +322,7 @@ def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_
     pytest normalizes its own paths, or the child prunes everything."""
     from types import SimpleNamespace
 
-    from pytest_aoti.parent import _test_path
+    from pytest_aoti.debug.parent import _test_path
 
     config = SimpleNamespace(rootpath=tmp_path / "elsewhere")
     assert _test_path(config, "../tests/test_x.py::TestA::test_b[a::b]") == tmp_path / "tests" / "test_x.py"  # type: ignore[arg-type]
@@ -331,7 +331,7 @@ def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_
 def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    from pytest_aoti.debug import failure_if_different
+    from pytest_aoti.debug.stages import failure_if_different
 
     reports = _reports(pytester, "def test_needs(scale): pass")  # a fixture only the parent had
     errored = _run(tmp_path, "kernels", "error", reports=[r for r in reports if r.when == "setup"])
@@ -345,7 +345,7 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     assert failure_if_different("crash", rerun(crashed)) is None
     assert failure_if_different(None, rerun(errored)) is None
     # A device-side assert raised as an exception in the test, aborting the launch-blocking rerun: one failure.
-    from pytest_aoti.errors import failure_kind
+    from pytest_aoti.core.errors import failure_kind
 
     assert failure_kind(RuntimeError("CUDA error: device-side assert triggered")) == "package_error"
     wrapper = "run_func_( container_handle_, ...) API call failed at /pytorch/model_container_runner.cpp, line 145"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.bundle import REPRO_SCRIPT, _versions
+from pytest_aoti.debug.bundle import REPRO_SCRIPT, _versions
 
 
 @pytest.fixture

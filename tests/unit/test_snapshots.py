@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_aoti.errors import AOTISnapshotError, AOTIVerifyError
-from pytest_aoti.snapshot_files import snapshot_path
-from pytest_aoti.snapshots import GoldenFile, GoldenOutputs, compare, environment_diff
-from pytest_aoti.verify import IO_MEMBER, main, verify_package
+from pytest_aoti.core.errors import AOTISnapshotError, AOTIVerifyError
+from pytest_aoti.snapshots.files import snapshot_path
+from pytest_aoti.snapshots.golden import GoldenFile, GoldenOutputs, compare, environment_diff
+from pytest_aoti.verify.bundled import IO_MEMBER, main, verify_package
 
 
 def test_the_smallest_passing_tolerances_pass_and_anything_smaller_fails() -> None:

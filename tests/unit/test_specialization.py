@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.export import Dim
 
-from pytest_aoti.compiler import compile_model
-from pytest_aoti.dims import ExportCall, specialized_dims
-from pytest_aoti.errors import AOTISpecializationError
-from pytest_aoti.invariants import program_spec
+from pytest_aoti.core.compiler import compile_model
+from pytest_aoti.core.dims import ExportCall, specialized_dims
+from pytest_aoti.core.errors import AOTISpecializationError
+from pytest_aoti.core.invariants import program_spec
 
 
 class ReadsWidth(torch.nn.Module):

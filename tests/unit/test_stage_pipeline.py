@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.child import ChildRun
-from pytest_aoti.debug import StagePipeline, Verdict, run_stages
-from pytest_aoti.protocol import Event, Outcome, ProtocolError, decode_events, encode_event
-from pytest_aoti.reporting import headline
+from pytest_aoti.core.protocol import Event, Outcome, ProtocolError, decode_events, encode_event
+from pytest_aoti.debug.child import ChildRun
+from pytest_aoti.debug.reporting import headline
+from pytest_aoti.debug.stages import StagePipeline, Verdict, run_stages
 
 EVIDENCE = Path(__file__).parents[2] / "docs" / "gpu-evidence"
 
@@ -209,7 +209,7 @@ def test_each_stage_combination_launches_what_it_needs(
     launched: list[str],
     note: str | None,
 ) -> None:
-    import pytest_aoti.debug as debug
+    import pytest_aoti.debug.stages as debug
 
     monkeypatch.setattr(debug, "sanitizer_path", lambda: sanitizer)  # this machine's PATH does not decide
     launcher = FakeLauncher(
@@ -290,14 +290,14 @@ def test_stage_tensors_log_is_read_for_the_suspects_only(tmp_path: Path) -> None
     ],
 )
 def test_triage_reruns_only_what_a_rerun_can_explain(failure: str | None, reason: str | None) -> None:
-    from pytest_aoti.triage import not_rerun_reason
+    from pytest_aoti.debug.triage import not_rerun_reason
 
     said = not_rerun_reason(failure, None)
     assert (said is None) if reason is None else (said is not None and reason in said), said
 
 
 def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_run(tmp_path: Path) -> None:
-    from pytest_aoti.triage import not_rerun_reason
+    from pytest_aoti.debug.triage import not_rerun_reason
 
     assert "setup failed before it exported" in str(not_rerun_reason(None, None, setup_failed_before_aoti=True))
     timed_out = FakeLauncher(tmp_path, {"isolate": [("timed out", None, "")]})("isolate", {}, (), 1).wait()
@@ -308,9 +308,9 @@ def test_triage_skips_a_setup_that_failed_before_aoti_and_a_timed_out_isolated_r
 def test_phases_and_a_numerics_finding_cross_the_boundary_in_the_event_stream(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    from pytest_aoti import phases
-    from pytest_aoti.child import read_stream
-    from pytest_aoti.protocol import Finding, KernelFinding, append_event
+    from pytest_aoti.core import phases
+    from pytest_aoti.core.protocol import Finding, KernelFinding, append_event
+    from pytest_aoti.debug.child import read_stream
 
     kernel = KernelFinding(
         kernel="cpp_fused_mul_tanh_1",
@@ -342,8 +342,8 @@ def test_phases_and_a_numerics_finding_cross_the_boundary_in_the_event_stream(
 
 
 def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
-    from pytest_aoti.protocol import MinifyResult
-    from pytest_aoti.reporting import minified_text
+    from pytest_aoti.core.protocol import MinifyResult
+    from pytest_aoti.debug.reporting import minified_text
 
     result = MinifyResult(
         want="crash", nodes_before=6, budget_s=300.0, candidates=2, seconds=4.5, out_of_candidates=True
@@ -359,7 +359,7 @@ def test_a_minify_result_crosses_the_boundary_whole_and_renders_once() -> None:
 def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_pytest(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    from pytest_aoti.child import _ChildSetup, _finish
+    from pytest_aoti.debug.child import _ChildSetup, _finish
 
     config = pytester.parseconfigure("-p", "no:cacheprovider")
     report_path = tmp_path / "reports.jsonl"
@@ -389,7 +389,7 @@ def test_stages_running_side_by_side_get_their_own_basetemp_and_cache(
 ) -> None:
     """A child's pytest wipes its basetemp at start: stage tensors, started beside stage kernels, must not wipe the
     packages stage kernels is compiling (seen on the H100 as "Parent directory .../aoti-packages does not exist")."""
-    from pytest_aoti.child import _isolating_overrides
+    from pytest_aoti.debug.child import _isolating_overrides
 
     config = pytester.parseconfigure()
     kernels, tensors, again = (

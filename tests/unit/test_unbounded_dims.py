@@ -15,11 +15,11 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
-from pytest_aoti.cache import PackageCache  # noqa: E402
-from pytest_aoti.dims import ExportCall, dim_names  # noqa: E402
-from pytest_aoti.errors import AOTIInvariantError  # noqa: E402
-from pytest_aoti.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
-from pytest_aoti.strategies import DEFAULT_UNBOUNDED_SPAN, input_shapes  # noqa: E402
+from pytest_aoti.core.cache import PackageCache  # noqa: E402
+from pytest_aoti.core.dims import ExportCall, dim_names  # noqa: E402
+from pytest_aoti.core.errors import AOTIInvariantError  # noqa: E402
+from pytest_aoti.core.invariants import TensorSpec, check_inputs, flatten_inputs, program_spec  # noqa: E402
+from pytest_aoti.core.strategies import DEFAULT_UNBOUNDED_SPAN, input_shapes  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -137,7 +137,7 @@ def test_bad_caps_are_refused() -> None:
 
 
 def test_dynamic_inputs_refuses_bad_arguments_when_called() -> None:
-    from pytest_aoti.strategies import dynamic_inputs
+    from pytest_aoti.core.strategies import dynamic_inputs
 
     with pytest.raises(ValueError, match=r"dynamic_inputs: max_elements= expected a positive int, got '1e6'"):
         dynamic_inputs(object(), max_elements="1e6")  # type: ignore[arg-type]

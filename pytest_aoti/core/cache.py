@@ -1,0 +1,496 @@
+"""A content-addressed cache of compiled ``.pt2`` packages, shared by tests, runs, checkouts and xdist workers.
+
+AOTInductor has no whole-artifact cache (the FX graph cache is off in AOT mode), so every compile re-runs codegen and
+the C++ compiler. The key covers what changes the artifact and nothing about where the code lives (see
+:func:`package_key`); entries are written atomically, checksummed (loading a package dlopens native code: a corrupt
+one must never load) and evicted least-recently-used. The cache deletes only what it wrote, in a directory it marked
+as its own: a user's directory given by mistake is refused, never emptied.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+# Environment variables read at codegen time; a debug rerun sets several of them.
+_CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_COMPILE_")
+_CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
+# Where caches live changes no artifact (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself on first use).
+_NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# Skipping the CPU vector-ISA probe (a debug child whose parent saw every ISA pass it) picks the same ISA: no
+# artifact changes. Turning vectorization off ("0") does change them, and stays in the key.
+_SKIPPED_PROBE = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# Written into a cache dir when pytest-aoti creates (or adopts) it: clearing and eviction happen only where it is.
+MARKER_FILE = ".pytest-aoti-cache"
+_MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
+_ENTRY_DIR = re.compile(r"^[0-9a-f]{2}$")
+_PARTIAL = ".partial-"
+_ENTRY_FILE = re.compile(r"^[0-9a-f]{64}\.(pt2|json|lock)$|^\.partial-")
+
+
+class AOTICacheWarning(UserWarning):
+    """The package cache cannot be used safely and was turned off."""
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    compile_seconds: float = 0.0
+    saved_seconds: float = 0.0
+    corrupt: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(vars(self))
+
+
+def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
+    digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.stride()}:{tensor.dtype}:{tensor.device}".encode())
+    if tensor.device.type != "meta" and tensor.numel() > 0:
+        # Raw bytes of a contiguous CPU copy; bytes(untyped_storage) walks it element by element (slow).
+        flat = tensor.detach().cpu().contiguous()
+        digest.update(ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()))
+
+
+@functools.cache
+def compiler_identity() -> str:
+    # Inductor's default choice (CXX, else the platform compiler), without importing Inductor on a cache hit.
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = "unknown"
+    return f"{compiler}:{version.splitlines()[0] if version else ''}"
+
+
+def _device_identity(device: torch.device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"cuda:{props.name}:sm{props.major}{props.minor}:{torch.version.cuda}"
+    return f"{device.type}:{torch.backends.cpu.get_cpu_capability()}"
+
+
+def codegen_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if (name.startswith(_CODEGEN_ENV_PREFIXES) or name in _CODEGEN_ENV_NAMES)
+        and name not in _NOT_CODEGEN_ENV
+        and (name, value) != _SKIPPED_PROBE
+    }
+
+
+def _value_text(value: Any) -> str:
+    """Shape, strides, dtype and device of a node's value, the parts of its metadata codegen reads."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return repr(value) if isinstance(value, int | float | bool | type(None)) else type(value).__name__
+
+
+def graph_text(ep: ExportedProgram) -> str:
+    """The exported graph as text without any source location: each node's op, target, arguments and value
+    metadata. (``print_readable`` embeds ``# File: /abs/path.py:LINE`` comments, which would tie the key to where
+    the code and torch are installed and to line numbers.)"""
+    return "\n".join(f"{node.format_node()} :: {_value_text(node.meta.get('val'))}" for node in ep.graph.nodes)
+
+
+def _triton_kernel_text(kernel: Any) -> str:
+    """A user Triton kernel's identity: Triton's own cache key (a hash of the source and of every jit function it
+    calls) and, for an autotuned kernel, its configs."""
+    parts = []
+    while not hasattr(kernel, "src") and hasattr(kernel, "fn"):  # Autotuner / Heuristics wrap the JITFunction
+        parts.append(repr(getattr(kernel, "configs", "")))
+        kernel = kernel.fn
+    parts.append(str(getattr(kernel, "cache_key", None) or getattr(kernel, "src", None) or repr(kernel)))
+    return "\n".join(parts)
+
+
+def custom_op_names(ep: ExportedProgram) -> list[str]:
+    """The qualified names (``ns::op``) of the custom ops the graph calls, in order, each once."""
+    names: dict[str, None] = {}
+    for node in ep.graph.nodes:
+        name = getattr(getattr(node.target, "_schema", None), "name", "")
+        if node.op == "call_function" and name and not name.startswith(("aten::", "prims::")):
+            names[name] = None
+    return list(names)
+
+
+def custom_op_function(op_name: str) -> Any:
+    """The user's Python function behind a custom op (``torch.library.custom_op`` or ``triton_op``), or None.
+    ``triton_op`` registers a torch-internal closure around it: unwrap that."""
+    from pytest_aoti.core.torch_private import custom_op_definition
+
+    function = getattr(custom_op_definition(op_name), "_init_fn", None)
+    while function is not None and getattr(function, "__module__", "").startswith("torch."):
+        inner = [
+            cell.cell_contents
+            for cell in (getattr(function, "__closure__", None) or ())
+            if callable(cell.cell_contents)
+        ]
+        function = inner[0] if inner else None
+    return function
+
+
+def _triton_op_text(op_name: str) -> list[str]:
+    """For a ``triton_op`` (which export keeps as one opaque custom-op call, and Inductor traces into at compile time):
+    its Python body and every Triton kernel it launches. Nothing for other custom ops: their bodies run at call
+    time, so an edit cannot make a package stale."""
+    from pytest_aoti.core.torch_private import triton_kernels_for_op
+
+    kernels = triton_kernels_for_op(op_name)
+    if not kernels:
+        return []
+    body = custom_op_function(op_name)
+    try:
+        source = inspect.getsource(body) if body is not None else ""
+    except (OSError, TypeError):
+        source = repr(body)
+    return [op_name, source, *(_triton_kernel_text(kernel) for kernel in kernels)]
+
+
+def triton_kernels_text(ep: ExportedProgram) -> str:
+    """The sources of the user Triton kernels the graph runs: those of ``triton_op`` custom ops (``wrap_triton``
+    inside), and kernels called through Triton's wrapper op. The graph names neither by its source, so without this
+    an edited kernel would keep its key and a stale package would be served."""
+    texts: list[str] = []
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and "triton_kernel_wrapper" in str(node.target):
+            from pytest_aoti.core.torch_private import triton_kernel_side_table
+
+            kernel_side_table = triton_kernel_side_table()
+            texts.append(_triton_kernel_text(kernel_side_table.get_kernel(node.kwargs.get("kernel_idx"))))
+            constant_idx = node.kwargs.get("constant_args_idx")
+            if constant_idx is not None:
+                texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
+    for op_name in custom_op_names(ep):
+        texts += _triton_op_text(op_name)
+    return "\n".join(texts)
+
+
+# Written by Inductor itself during a compile (the package's metadata lands in the global config's dict), so it would
+# make the key of the next model in a process depend on what was compiled before it. User metadata passed in
+# ``inductor_configs`` is keyed with them.
+_CONFIG_WRITTEN_BY_COMPILES = ("aot_inductor.metadata",)
+
+
+def inductor_config_text() -> str:
+    """Inductor's config as codegen sees it, Inductor's own portable snapshot (what its FX graph cache keys on,
+    without settings that change no artifact): catches ``torch._inductor.config.x = ...`` and ``config.patch``."""
+    from pytest_aoti.core.torch_private import inductor_config_snapshot
+
+    snapshot = inductor_config_snapshot()
+    snapshot = {k: v for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES}
+    if snapshot.get("cpp.vec_isa_ok") is True:  # the probe skipped (see _SKIPPED_PROBE)
+        snapshot["cpp.vec_isa_ok"] = None
+    return repr(sorted((k, repr(v)) for k, v in snapshot.items()))
+
+
+def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
+    """A stable sha256 over everything that changes the compiled artifact: torch version, the graph's structure
+    (ops, arguments, shapes, strides, dtypes, devices; no source locations), signature, input/output specs, dynamic
+    ranges, example-input metadata, weights' and constants' bytes, user Triton kernels' sources, ``inductor_configs``,
+    Inductor's config, codegen env vars, the device (CPU ISA / GPU compute capability) and the C++ compiler."""
+    import torch
+
+    digest = hashlib.sha256()
+    for part in (
+        torch.__version__,
+        graph_text(ep),
+        str(ep.graph_signature),
+        str(ep.call_spec.in_spec),
+        str(ep.call_spec.out_spec),
+        repr(sorted((str(k), str(v)) for k, v in ep.range_constraints.items())),
+        triton_kernels_text(ep),
+        repr(sorted((k, repr(v)) for k, v in inductor_configs.items())),
+        inductor_config_text(),
+        json.dumps(codegen_environment()),
+        _device_identity(device),
+        compiler_identity(),
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    for name, tensor in sorted(ep.state_dict.items()):
+        _hash_tensor(digest, name, tensor)
+    for name, constant in sorted(ep.constants.items()):
+        if isinstance(constant, torch.Tensor):
+            _hash_tensor(digest, name, constant)
+        else:
+            digest.update(f"{name}:{constant!r}".encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-aoti"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(AOTICacheWarning(f"pytest-aoti: {message}"), stacklevel=3)
+
+
+def _is_entry(path: Path) -> bool:
+    """A file the cache writes: ``<2 hex>/<64 hex>.pt2|.json|.lock`` (or a partial write)."""
+    return _ENTRY_DIR.match(path.parent.name) is not None and _ENTRY_FILE.match(path.name) is not None
+
+
+def _looks_like_a_cache(root: Path) -> bool:
+    """A dir holding only what this cache writes: one made by a pytest-aoti that wrote no marker yet."""
+    for child in root.iterdir():
+        if child.name == MARKER_FILE:
+            continue
+        if not (child.is_dir() and not child.is_symlink() and _ENTRY_DIR.match(child.name)):
+            return False
+        if not all(entry.is_file() and _is_entry(entry) for entry in child.iterdir()):
+            return False
+    return True
+
+
+def is_marked(root: Path) -> bool:
+    return (root / MARKER_FILE).is_file()
+
+
+def clear_cache_dir(root: Path) -> int:
+    """Delete the entries this cache wrote (``--aoti-cache-clear``) and return how many; a dir that is not marked
+    as pytest-aoti's is left alone, with a warning."""
+    if not root.exists():
+        return 0
+    if not root.is_dir() or not is_marked(root):
+        _warn(f"--aoti-cache-clear: {root} is not a pytest-aoti cache (no {MARKER_FILE} in it); nothing was deleted")
+        return 0
+    removed = 0
+    for folder in root.iterdir():
+        if not (folder.is_dir() and not folder.is_symlink() and _ENTRY_DIR.match(folder.name)):
+            continue
+        for entry in folder.iterdir():
+            if entry.is_file() and _is_entry(entry):
+                entry.unlink(missing_ok=True)
+                removed += entry.suffix == ".pt2"
+        try:
+            folder.rmdir()  # only if nothing else is in it
+        except OSError:
+            pass
+    return removed
+
+
+def unsafe_reason(directory: Path) -> str | None:
+    """Why a cache dir must not be trusted with native code, or None when it is private to this user."""
+    info = directory.stat()
+    if info.st_uid != os.getuid():
+        return f"it is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others can write to it (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+@dataclass
+class PackageCache:
+    """Compiled packages under ``root/<key[:2]>/<key>.pt2`` with a JSON sidecar holding their checksum."""
+
+    root: Path
+    max_bytes: int
+    stats: CacheStats = field(default_factory=CacheStats)
+    store_problem: str | None = None  # why storing stopped (ENOSPC, EROFS…): said once, then lookups only
+
+    @classmethod
+    def open(cls, root: Path, max_bytes: int) -> PackageCache | None:
+        """The cache at ``root``, created private to the user and marked as pytest-aoti's. Where it cannot be used
+        safely (not a dir, not writable, not ours, writable by others) warn and return None: the run goes on
+        compiling without a cache."""
+        problem = _open_problem(root)
+        if problem is not None:
+            _warn(f"not using the package cache at {root}: {problem}; compiling without a cache")
+            return None
+        _reclaim_partials(root)
+        return cls(root, max_bytes)
+
+    def key_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
+        return package_key(ep, inductor_configs, device)
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.pt2", folder / f"{key}.json"
+
+    @contextmanager
+    def locked(self, key: str) -> Iterator[None]:
+        """Hold the entry's lock: a second process asking for the same package waits, then hits. A cache that cannot
+        store (read-only, full) is read without a lock."""
+        lock: FileLock | None = None
+        if self.store_problem is None:
+            try:
+                folder = self.root / key[:2]
+                folder.mkdir(mode=0o700, exist_ok=True)
+                lock = FileLock(str(folder / f"{key}.lock"))
+                lock.acquire()
+            except OSError as error:
+                self._cannot_store(error)
+                lock = None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def lookup(self, key: str) -> Path | None:
+        package, sidecar = self._paths(key)
+        if not package.exists() or not sidecar.exists():
+            self.stats.misses += 1
+            return None
+        try:
+            record = json.loads(sidecar.read_text())
+            intact = package.stat().st_size == record["size"] and _file_sha256(package) == record["sha256"]
+        except (OSError, ValueError, KeyError):
+            intact = False
+        if not intact:
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            package.unlink(missing_ok=True)
+            sidecar.unlink(missing_ok=True)
+            return None
+        os.utime(package)  # least-recently-used eviction goes by mtime
+        self.stats.hits += 1
+        self.stats.saved_seconds += float(record.get("compile_seconds", 0.0))
+        return package
+
+    def store(self, key: str, built: Path, compile_seconds: float) -> Path:
+        """Move a freshly built package into the cache atomically and return its cached path; ``built`` itself when
+        the cache cannot store (it warns once, and the run goes on without storing)."""
+        self.stats.compile_seconds += compile_seconds
+        if self.store_problem is not None:
+            return built
+        package, sidecar = self._paths(key)
+        try:
+            package.parent.mkdir(mode=0o700, exist_ok=True)
+            record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
+            for target, write in (
+                (package, lambda tmp: shutil.copyfile(built, tmp)),
+                (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record))),
+            ):
+                # The writer's pid in the name: a later run reclaims what a killed writer left.
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{_PARTIAL}{os.getpid()}-")
+                os.close(fd)
+                try:
+                    write(tmp)
+                    os.replace(tmp, target)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+            self.evict(keep=package)
+        except OSError as error:  # a full disk, a read-only mount, permissions changed mid-run
+            self._cannot_store(error)
+            package.unlink(missing_ok=True)
+            return built
+        return package
+
+    def _cannot_store(self, error: OSError) -> None:
+        if self.store_problem is None:
+            self.store_problem = error.strerror or str(error)
+            _warn(
+                f"the package cache at {self.root} cannot store packages ({self.store_problem}); "
+                "going on without storing"
+            )
+
+    def evict(self, keep: Path | None = None) -> None:
+        """Delete least-recently-used packages until the cache fits ``max_bytes`` (``keep`` always stays). Only
+        entries the cache wrote are considered; one another process evicts meanwhile is skipped."""
+        sized: list[tuple[float, int, Path]] = []
+        for package in self.root.glob("*/*.pt2"):
+            if not _is_entry(package):
+                continue
+            try:
+                status = package.stat()
+            except FileNotFoundError:
+                continue
+            sized.append((status.st_mtime, status.st_size, package))
+        total = sum(size for _, size, _ in sized)
+        for _, size, oldest in sorted(sized):
+            if total <= self.max_bytes:
+                break
+            if oldest == keep:
+                continue
+            total -= size
+            oldest.unlink(missing_ok=True)
+            oldest.with_suffix(".json").unlink(missing_ok=True)
+
+
+def _reclaim_partials(root: Path) -> None:
+    """Remove the partial writes of writers that are gone (killed mid-store): ``.partial-<pid>-…`` whose pid is
+    not running. A partial without a pid (an older version's) goes once it is an hour old."""
+    for partial in root.glob(f"*/{_PARTIAL}*"):
+        if not _is_entry(partial):
+            continue
+        writer = partial.name[len(_PARTIAL) :].split("-", 1)[0]
+        try:
+            gone = not _running(int(writer)) if writer.isdigit() else time.time() - partial.stat().st_mtime > 3600
+            if gone:
+                partial.unlink()
+        except OSError:
+            continue
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _open_problem(root: Path) -> str | None:
+    """Why ``root`` cannot serve as the cache (after creating and marking it where it may), or None."""
+    try:
+        if root.exists() and not root.is_dir():
+            return "it is not a directory"
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        reason = unsafe_reason(root)
+        if reason is not None:
+            return reason
+        if not os.access(root, os.W_OK | os.X_OK):
+            return "it is not writable"
+        if not is_marked(root):
+            if not _looks_like_a_cache(root):
+                return (
+                    f"it holds files that are not pytest-aoti's and has no {MARKER_FILE} marker; pick an empty or "
+                    "new directory (pytest-aoti deletes old entries there)"
+                )
+            (root / MARKER_FILE).write_text(_MARKER_TEXT)
+    except OSError as error:
+        return f"it cannot be created or used ({error.strerror or error})"
+    return None

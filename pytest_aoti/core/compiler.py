@@ -1,0 +1,845 @@
+"""Export, compile, load: the plain-Python core behind the ``aoti_compile`` / ``aoti_check`` fixtures."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import difflib
+import functools
+import math
+import os
+import time
+import traceback
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, TensorArgument
+
+from pytest_aoti.core import phases
+from pytest_aoti.core.accuracy import float64_outputs, judge
+from pytest_aoti.core.cache import PackageCache
+from pytest_aoti.core.dims import ExportCall, dim_names, refuse_specialized
+from pytest_aoti.core.errors import (
+    AOTICompileError,
+    AOTIExportError,
+    AOTIInvariantError,
+    AOTIMismatchError,
+)
+from pytest_aoti.core.invariants import (
+    ProgramSpec,
+    check_inputs,
+    check_outputs,
+    flatten_inputs,
+    program_spec,
+)
+from pytest_aoti.core.torch_private import (
+    AOTICompiledModel,
+    OpOverload,
+    inductor_config_defaults,
+    inductor_load_package,
+    package_loader,
+    package_metadata,
+)
+from pytest_aoti.debug.provenance import torch_install_dir, user_line
+
+_LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def one_line(error: BaseException) -> str:
+    """The first non-empty line of an exception, prefixed by its type: the summary line of a failure."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def full_traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
+
+
+class _FunctionModule(torch.nn.Module):
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def as_module(model: Any) -> torch.nn.Module:
+    if isinstance(model, type):
+        raise TypeError(f"model: got the class {model.__name__}, not an instance: pass {model.__name__}(...)")
+    if isinstance(model, torch.nn.Module):
+        return model
+    if callable(model):
+        return _FunctionModule(model)
+    raise TypeError(f"model: expected a torch.nn.Module or a callable, got {type(model).__name__}")
+
+
+def validate_inputs(
+    args: Any, kwargs: dict[str, Any] | None, *, what: str = "args"
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Check the shape of an ``(args, kwargs)`` pair before it reaches torch.export, naming the bad leaf."""
+    if isinstance(args, torch.Tensor) or not isinstance(args, tuple | list):
+        raise TypeError(
+            f"{what}: expected a tuple of positional inputs, got {type(args).__name__} (wrap one input as (x,))"
+        )
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
+    leaves, _ = pytree.tree_flatten_with_path((tuple(args), kwargs or {}))
+    if not any(isinstance(leaf, torch.Tensor) for _, leaf in leaves):
+        raise TypeError(f"{what}: no tensor among the inputs; AOTI compiles models of tensor inputs")
+    for path, leaf in leaves:
+        if not isinstance(leaf, _LEAF_TYPES):
+            where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])  # type: ignore[attr-defined]
+            raise TypeError(
+                f"{where}: expected a tensor (or a Python scalar), got {type(leaf).__module__}.{type(leaf).__name__}"
+            )
+    return tuple(args), dict(kwargs or {})
+
+
+def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
+    """Reject unknown Inductor config keys up front (torch fails late, with an AttributeError mid-compile)."""
+    if not configs:
+        return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
+    if not isinstance(configs, dict):
+        raise TypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
+    known = inductor_config_defaults()
+    for key in configs:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
+        default = known[key]
+        if isinstance(default, bool | int | float | str) and not _same_kind(configs[key], default):
+            raise TypeError(
+                f"inductor_configs[{key!r}]: expected a {type(default).__name__} (the default is {default!r}), "
+                f"got {type(configs[key]).__name__} {configs[key]!r}"
+            )
+    # aoti_compile_and_package mutates the dict it is given.
+    return dict(configs)
+
+
+def _same_kind(value: Any, default: bool | int | float | str) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int | float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A keyword flag of the public API: a real bool (``"false"`` is truthy, and would silently turn a check off)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def tolerance_value(value: Any, name: str) -> float | None:
+    """``value`` as a tolerance (a finite number >= 0; None stays None), or a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _input_sets(
+    args: Any, kwargs: dict[str, Any] | None, more_inputs: Any
+) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The example inputs and each entry of ``more_inputs`` (a tuple of args, or ``{"args": ..., "kwargs": ...}``)
+    as ``(args, kwargs)`` pairs; a malformed entry is named by its index."""
+    if isinstance(more_inputs, torch.Tensor | str | bytes | dict) or not isinstance(more_inputs, Iterable):
+        raise TypeError(
+            f"more_inputs: expected a list of input sets (each a tuple of args, or a dict with 'args' and 'kwargs'), "
+            f"got {type(more_inputs).__name__}"
+        )
+    input_sets = [validate_inputs(args, kwargs)]
+    for number, extra in enumerate(more_inputs):
+        what = f"more_inputs[{number}]"
+        if isinstance(extra, dict):
+            unknown = set(extra) - {"args", "kwargs"}
+            if unknown:
+                raise TypeError(f"{what}: a dict input set takes the keys 'args' and 'kwargs', got {sorted(unknown)}")
+            input_sets.append(validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=what))
+        else:
+            input_sets.append(validate_inputs(extra, None, what=what))
+    return input_sets
+
+
+def compile_device(args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module) -> torch.device:
+    """The device the package is compiled for: that of the example tensors (else the parameters), else CPU."""
+    for leaf in pytree.tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device
+    for tensor in [*module.parameters(), *module.buffers()]:
+        return tensor.device
+    return torch.device("cpu")
+
+
+def cuda_context_problem() -> str | None:
+    """None when CUDA still works; else the error that says the context is unusable (e.g. after an IMA)."""
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).cpu()
+    except Exception as error:  # any error here means the context is gone
+        return str(error).splitlines()[0]
+    return None
+
+
+@dataclass(frozen=True)
+class PoisonedContext:
+    """The call that left the device unusable: its error, and the Hypothesis draw that made its inputs if any."""
+
+    draw: Any
+    error: BaseException
+    problem: str
+
+
+class CallCapture(Protocol):
+    """Both sides of one compared call, captured for stage numerics (``pytest_aoti.debug.numerics.Capture``)."""
+
+    def package(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def eager(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def explain(self, call: ComparedCall) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ComparedCall:
+    """A call whose package outputs did not match eager's: what stage numerics needs to explain it."""
+
+    package_path: Path
+    program: ExportedProgram
+    flat_inputs: Sequence[Any]
+    tolerance: tuple[float, float] | None
+    package_outputs: Any = None
+    eager_outputs: Any = None
+
+
+@dataclass(frozen=True)
+class CallObservers:
+    """What a debug child plugs into every call (the core reads no environment variable; the child session does and
+    builds these): ``before_run`` records the call before the package runs (the repro bundle: the call may not
+    survive), ``capture`` gives compared call N of ``check_model`` its numerics capture."""
+
+    before_run: Callable[[CompiledModel, Any, Any], None] | None = None
+    capture: Callable[[int], CallCapture] | None = None
+
+
+NO_OBSERVERS = CallObservers()
+
+
+@dataclass
+class CompiledModel:
+    """A loaded AOTI package that checks its invariants on every call.
+
+    Call it like the model. ``call(..., allow_nonfinite=True)`` skips the NaN/Inf check for one call.
+    """
+
+    package_path: Path
+    exported_program: ExportedProgram
+    device: torch.device
+    compile_seconds: float
+    from_cache: bool
+    runner: Any = field(repr=False)
+    spec: ProgramSpec = field(repr=False)
+    allow_nonfinite: bool = False
+    restride_inputs: bool = False
+    allow_out_of_range: bool = False
+    inductor_configs: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Says what is wrong with the device after a failed call (a CUDA error is sticky), or None when it is healthy.
+    health_check: Callable[[], str | None] | None = field(default=None, repr=False)
+    poisoned: PoisonedContext | None = field(default=None, repr=False)
+    last_draw: Any = field(default=None, repr=False)  # set by pytest_aoti.core.strategies before each example
+    observers: CallObservers = field(default=NO_OBSERVERS, repr=False)
+    # aoti_check's input sets that differed from eager beyond assert_close's defaults and were accepted as no less
+    # accurate than eager against a float64 run (:mod:`pytest_aoti.core.accuracy`), with its numbers.
+    accepted_by_float64: list[str] = field(default_factory=list, repr=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self.call(args, kwargs)
+
+    def call(
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        allow_nonfinite: bool | None = None,
+        restride_inputs: bool | None = None,
+        allow_out_of_range: bool | None = None,
+    ) -> Any:
+        __tracebackhide__ = True
+        if self.runner is None:
+            raise RuntimeError(f"{self.package_path.name}: this compiled model was released at the end of its test")
+        if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
+            raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
+        nonfinite_ok = (
+            self.allow_nonfinite if allow_nonfinite is None else check_flag(allow_nonfinite, "allow_nonfinite")
+        )
+        restride = self.restride_inputs if restride_inputs is None else check_flag(restride_inputs, "restride_inputs")
+        out_of_range_ok = (
+            self.allow_out_of_range
+            if allow_out_of_range is None
+            else check_flag(allow_out_of_range, "allow_out_of_range")
+        )
+        in_spec = self.exported_program.call_spec.in_spec
+        flat_inputs = flatten_inputs(in_spec, args, kwargs or {})
+        bound, run_with = check_inputs(
+            self.spec,
+            flat_inputs,
+            self.device,
+            allow_nonfinite=nonfinite_ok,
+            restride=restride,
+            allow_out_of_range=out_of_range_ok,
+        )
+        # Rebuilt from the checked leaves: dicts in the exported key order, restrided copies in place.
+        run_args, run_kwargs = pytree.tree_unflatten(run_with, in_spec)
+        if self.observers.before_run is not None:  # a debug child: record the call first, it may not survive it
+            self.observers.before_run(self, run_args, run_kwargs)
+        phases.mark("run", str(self.package_path))
+        try:
+            outputs = self.runner(*run_args, **run_kwargs)
+            if self.device.type == "cuda":
+                # Kernel errors are asynchronous: make them surface here, in the call that caused them.
+                torch.cuda.synchronize(self.device)
+            phases.mark("ran", str(self.package_path))
+            check_outputs(self.spec, pytree.tree_leaves(outputs), self.device, bound, allow_nonfinite=nonfinite_ok)
+        except Exception as error:
+            self._note_poisoned(error)
+            raise
+        return outputs
+
+    def release(self) -> None:
+        """Unload the package (its extraction dir goes with it); calls after this raise."""
+        if self.runner is not None and self.health_check is not None and self.health_check() is not None:
+            # On a CUDA context broken by a device-side assert, the container's destructor (it frees device memory)
+            # aborts the process: keep this package loaded for the life of the process instead.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.runner))
+        self.runner = None
+
+    def _note_poisoned(self, error: BaseException) -> None:
+        if self.poisoned is not None or self.health_check is None or isinstance(error, AOTIInvariantError):
+            return
+        problem = self.health_check()
+        if problem is not None:
+            self.poisoned = PoisonedContext(draw=self.last_draw, error=error, problem=problem)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.runner.get_metadata())
+
+
+def export_model(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+) -> ExportedProgram:
+    phases.mark("export")
+    try:
+        return torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    except Exception as error:
+        raise AOTIExportError(one_line(error)) from error
+
+
+@contextlib.contextmanager
+def _extracting_into(directory: Path) -> Iterator[None]:
+    """The loader extracts each package into a fresh ``$TMPDIR/aotinductor_*`` dir (read from the environment at
+    load time) and removes it only when the loader is destroyed: put it where pytest (or the caller) cleans up, so
+    neither a reference kept alive by a traceback nor a crash leaves it in /tmp."""
+    directory.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(directory)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous
+
+
+def load_package(
+    path: Path,
+    device: torch.device,
+    extract_dir: Path,
+    *,
+    num_runners: int = 1,
+    run_single_threaded: bool = False,
+) -> Any:
+    with _extracting_into(extract_dir):
+        return _load_package(path, device, num_runners, run_single_threaded)
+
+
+# x86 vector ISAs in the order a CPU that has one has the ones before it.
+_ISA_RANK = {"": 0, "DEFAULT": 0, "INVALIDVECISA": 0, "AVX2": 1, "AVX512": 2}
+
+
+def package_device_problem(path: Path, device: torch.device) -> str | None:
+    """Why this machine cannot run the package as built, from the metadata AOTI records at compile time (platform,
+    CPU architecture and vector ISA, device, GPU compute capability), or None. torch itself only logs a warning for
+    a mismatch and goes on to crash or fail later; this is checked before loading."""
+    import platform
+    import sys
+
+    try:
+        metadata = package_metadata(str(path))
+    except Exception:  # an older or unusual package: the loader itself says what is wrong with it
+        return None
+    built_for = metadata.get("AOTI_DEVICE_KEY", "")
+    if built_for and built_for != device.type:
+        return f"the package was built for {built_for}, asked to load on {device}"
+    machine = {"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": platform.machine()}
+    for key, here in machine.items():
+        if metadata.get(key) and metadata[key] != here:
+            return (
+                f"the package was built for {key.removeprefix('AOTI_').lower()} {metadata[key]}; this machine is {here}"
+            )
+    isa, here_isa = metadata.get("AOTI_CPU_ISA", ""), torch.backends.cpu.get_cpu_capability().upper()
+    if isa in _ISA_RANK and here_isa in _ISA_RANK and _ISA_RANK[isa] > _ISA_RANK[here_isa]:
+        return f"the package was built for CPU ISA {isa}; this CPU supports {here_isa}"
+    capability = metadata.get("AOTI_COMPUTE_CAPABILITY", "").replace(".", "")
+    if device.type == "cuda" and capability and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device)
+        if capability != f"{major}{minor}":
+            name = torch.cuda.get_device_name(device)
+            return f"the package's kernels were built for compute capability {capability}; {name} is {major}{minor}"
+    return None
+
+
+def _load_package(path: Path, device: torch.device, num_runners: int = 1, run_single_threaded: bool = False) -> Any:
+    phases.mark("load", str(path))
+    device_index = device.index if device.type == "cuda" and device.index is not None else -1
+    problem = package_device_problem(path, device)
+    if problem is not None:
+        raise AOTICompileError(f"{path.name}: {problem}", stage="load")
+    try:
+        # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
+        # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
+        runner = AOTICompiledModel(package_loader(str(path), run_single_threaded, num_runners, device_index))
+    except RuntimeError:
+        try:
+            runner = inductor_load_package(
+                str(path),
+                run_single_threaded=run_single_threaded,
+                num_runners=num_runners,
+                device_index=device_index,
+            )
+        except Exception as error:
+            raise AOTICompileError(one_line(error), stage="load") from error
+    phases.mark("loaded", str(path))
+    return runner
+
+
+def _build_package(
+    exported: ExportedProgram, configs: dict[str, Any], package_dir: Path, stem: str
+) -> tuple[Path, float]:
+    package_dir.mkdir(parents=True, exist_ok=True)
+    package_path = package_dir / f"{stem}-{uuid.uuid4().hex[:8]}.pt2"
+    phases.mark("compile", str(package_path))
+    started = time.perf_counter()
+    try:
+        with _torch_internal_deprecations_silenced():
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
+    except Exception as error:
+        raise AOTICompileError(one_line(error)) from error
+    return package_path, time.perf_counter() - started
+
+
+# Deprecation warnings torch's compile raises from its own code (torch.utils.mkldnn's import, Inductor's deepcopy of
+# pytree specs): nothing a test's author can act on, yet they fill every report's warnings summary. Only these
+# messages, only while Inductor compiles: the model's own code ran at export.
+_TORCH_INTERNAL_DEPRECATIONS = (
+    (r"`torch\.jit\.script_method` is deprecated", DeprecationWarning),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+)
+
+
+@contextlib.contextmanager
+def _torch_internal_deprecations_silenced() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for message, category in _TORCH_INTERNAL_DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
+
+
+_COMPILE_FLAGS = (
+    "strict",
+    "allow_nonfinite",
+    "restride_inputs",
+    "allow_out_of_range",
+    "bundle_io",
+    "allow_specialized_dims",
+)
+
+
+def _exported_for_aoti(call: ExportCall, *, strict: bool, allow_specialized_dims: bool) -> ExportedProgram:
+    """The exported program, once its outputs are ones a package can return and every dim asked to be dynamic is."""
+    exported = export_model(call.module, call.args, call.kwargs, dynamic_shapes=call.dynamic_shapes, strict=strict)
+    _check_tensor_outputs(exported)
+    if not allow_specialized_dims:
+        refuse_specialized(call, program_spec(exported))
+    return exported
+
+
+def compile_model(
+    model: Any,
+    args: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    package_dir: Path,
+    dynamic_shapes: Any = None,
+    inductor_configs: dict[str, Any] | None = None,
+    strict: bool = False,
+    cache: PackageCache | None = None,
+    allow_nonfinite: bool = False,
+    restride_inputs: bool = False,
+    allow_out_of_range: bool = False,
+    observers: CallObservers = NO_OBSERVERS,
+    bundle_io: bool = False,
+    allow_specialized_dims: bool = False,
+) -> CompiledModel:
+    """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
+    ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call.
+
+    ``bundle_io=True``: ``package_path`` becomes a copy that carries ``args``/``kwargs``, the package's outputs on them
+    and its invariants (``pytest_aoti.verify``). A dim asked to be dynamic that export made static fails before
+    compiling (:func:`specialized_dims`) unless ``allow_specialized_dims=True``."""
+    module = as_module(model)
+    args, kwargs = validate_inputs(args, kwargs)
+    flags = (strict, allow_nonfinite, restride_inputs, allow_out_of_range, bundle_io, allow_specialized_dims)
+    for name, flag in zip(_COMPILE_FLAGS, flags, strict=True):
+        check_flag(flag, name)
+    configs = validate_inductor_configs(inductor_configs)
+    device = compile_device(args, kwargs, module)
+    call = ExportCall(module, args, kwargs, dynamic_shapes)
+    exported = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
+    key = cache.key_for(exported, configs, device) if cache is not None else None
+    package_path, compile_seconds, from_cache = _built_or_cached(
+        exported, configs, package_dir, type(module).__name__, cache, key
+    )
+    runner = load_package(package_path, device, extract_dir=package_dir)
+    if weights_outside_the_package(configs):
+        load_exported_weights(runner, exported)
+    spec = program_spec(exported)
+    compiled = CompiledModel(
+        package_path=package_path,
+        exported_program=exported,
+        device=device,
+        compile_seconds=compile_seconds,
+        from_cache=from_cache,
+        runner=runner,
+        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec)),
+        allow_nonfinite=allow_nonfinite,
+        restride_inputs=restride_inputs,
+        allow_out_of_range=allow_out_of_range,
+        inductor_configs=dict(inductor_configs or {}),
+        health_check=cuda_context_problem if device.type == "cuda" else None,
+        observers=observers,
+    )
+    if bundle_io:
+        _bundle_io(compiled, args, kwargs, package_dir, key)
+    return compiled
+
+
+def _built_or_cached(
+    exported: ExportedProgram,
+    configs: dict[str, Any],
+    package_dir: Path,
+    stem: str,
+    cache: PackageCache | None,
+    key: str | None,
+) -> tuple[Path, float, bool]:
+    """The package's path, its compile seconds and whether it came from ``cache`` (built under its lock)."""
+    if cache is None or key is None:
+        return (*_build_package(exported, configs, package_dir, stem), False)
+    with cache.locked(key):
+        cached = cache.lookup(key)
+        if cached is not None:
+            return cached, 0.0, True
+        built, compile_seconds = _build_package(exported, configs, package_dir, stem)
+        return cache.store(key, built, compile_seconds), compile_seconds, False
+
+
+def weights_outside_the_package(configs: dict[str, Any]) -> bool:
+    """``aot_inductor.package_constants_in_so=False``: the package's weights are loaded at run time."""
+    value = configs.get("aot_inductor.package_constants_in_so", configs.get("aot_inductor", {}))
+    if isinstance(value, dict):
+        value = value.get("package_constants_in_so", True)
+    return value is False
+
+
+def load_exported_weights(runner: Any, exported: ExportedProgram) -> None:
+    """A package built with its weights outside the .so has none until they are loaded, and a call before that
+    segfaults (torch 2.13): load the exported program's own."""
+    known = {**exported.state_dict, **exported.constants}
+    runner.load_constants(
+        {fqn: known[fqn] for fqn in runner.get_constant_fqns() if fqn in known}, check_full_update=True
+    )
+
+
+def _bundle_io(
+    compiled: CompiledModel, args: tuple[Any, ...], kwargs: dict[str, Any], package_dir: Path, key: str | None
+) -> None:
+    """The package's outputs on the example inputs (its invariants checked), bundled into a copy to ship."""
+    from pytest_aoti.verify.bundled import write_bundled_io
+
+    outputs = compiled.call(_copied(args), _copied(kwargs))
+    bundled = package_dir / f"{compiled.package_path.stem[:16]}.bundled.pt2"
+    write_bundled_io(
+        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type, key
+    )
+    compiled.package_path = bundled
+
+
+def _check_tensor_outputs(exported: ExportedProgram) -> None:
+    """An AOTI package returns tensors, and None where the model returned None (an unused optional output, as in a
+    Hugging Face ``ModelOutput``): a Python scalar among the outputs would come back as a tensor."""
+    for number, output in enumerate(exported.graph_signature.output_specs):
+        if output.kind.name != "USER_OUTPUT" or isinstance(output.arg, TensorArgument):
+            continue
+        value = getattr(output.arg, "value", None)
+        if value is not None:
+            raise AOTIExportError(
+                f"output {number} is a Python {type(value).__name__} ({value!r}), not a tensor: an AOTI package "
+                "returns tensors only (and None); return torch.tensor(...) instead"
+            )
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor cloned, strides kept; a tensor whose strides a clone cannot keep (an expanded
+    view, which no model can mutate in place) is shared."""
+
+    def copy(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        clone = leaf.clone()
+        return clone if clone.stride() == leaf.stride() else leaf
+
+    return pytree.tree_map(copy, value)
+
+
+def _mismatch_message(label: str, text: str) -> str:
+    return f"compiled vs eager on {label}: {text}"
+
+
+def check_model(
+    model: Any,
+    args: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    package_dir: Path,
+    more_inputs: Iterable[Any] = (),
+    rtol: float | None = None,
+    atol: float | None = None,
+    golden: Callable[[str, Any, CompiledModel], None] | None = None,
+    **compile_options: Any,
+) -> CompiledModel:
+    """Compile ``model`` (``compile_options`` are :func:`compile_model`'s) and compare the package with eager on the
+    example inputs and on each of ``more_inputs`` (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict
+    ``{"args": ..., "kwargs": ...}``).
+
+    ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
+    ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots.golden`)."""
+    __tracebackhide__ = True  # a failure shows the test's line and the message, not this function's body
+    rtol, atol = tolerance_value(rtol, "rtol"), tolerance_value(atol, "atol")
+    if (rtol is None) != (atol is None):
+        raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
+    input_sets = _input_sets(args, kwargs, more_inputs)
+    compiled = compile_model(model, args, kwargs, package_dir=package_dir, **compile_options)
+    module, allow_nonfinite, observers = as_module(model), compiled.allow_nonfinite, compiled.observers
+    tolerance = (rtol, atol) if rtol is not None and atol is not None else None
+    for number, (call_args, call_kwargs) in enumerate(input_sets):
+        label = "example inputs" if number == 0 else f"more_inputs[{number - 1}]"
+        # The numerics debug stage captures both sides of every compared call.
+        capture = observers.capture(number) if observers.capture is not None else None
+        actual, accepted = _compare_input_set(
+            compiled, module, label, (call_args, call_kwargs), tolerance, allow_nonfinite, capture
+        )
+        if accepted is not None:
+            compiled.accepted_by_float64.append(f"{label}: {accepted}")
+        if golden is not None:
+            golden("example" if number == 0 else f"more_inputs[{number - 1}]", actual, compiled)
+    return compiled
+
+
+def _compare_input_set(
+    compiled: CompiledModel,
+    module: torch.nn.Module,
+    label: str,
+    inputs: tuple[Any, dict[str, Any]],
+    tolerance: tuple[float, float] | None,
+    allow_nonfinite: bool,
+    capture: CallCapture | None,
+) -> tuple[Any, str | None]:
+    """The package against eager on one input set; returns the package's outputs and, when they differed from eager
+    but were judged as accurate against a float64 run, that judgement. Raises :class:`AOTIMismatchError` (or the
+    call's :class:`AOTIInvariantError`, naming the input set)."""
+    __tracebackhide__ = True
+    rtol, atol = tolerance if tolerance is not None else (None, None)
+    # Each side gets its own copy: a model that mutates an input in place must not feed eager what the package
+    # left behind. What each side left in its inputs is compared too.
+    package_args, package_kwargs = _copied(inputs)
+    eager_args, eager_kwargs = _copied(inputs)
+    try:
+        with capture.package() if capture else contextlib.nullcontext():
+            actual = compiled.call(package_args, package_kwargs)
+    except AOTIInvariantError as error:
+        if label != "example inputs":  # which input set broke the invariant
+            error.args = (f"{label}: {error}",)
+        raise
+    with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
+        expected = module(*eager_args, **eager_kwargs)
+    accepted = None
+    try:
+        try:
+            torch.testing.assert_close(
+                actual,
+                expected,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=allow_nonfinite,
+                msg=functools.partial(_mismatch_message, label),
+            )
+        except AssertionError as mismatch:
+            if tolerance is not None:  # the test's own tolerance is held strictly
+                raise
+            accepted = _judge_against_float64(mismatch, compiled.exported_program, module, inputs, actual, expected)
+        torch.testing.assert_close(
+            (package_args, package_kwargs),
+            (eager_args, eager_kwargs),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=functools.partial(_mismatch_message, f"{label}, as the model left them (mutated in place)"),
+        )
+    except AssertionError as mismatch:
+        if capture is not None:
+            flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
+            program = compiled.exported_program
+            capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
+        raise _mismatch_error(mismatch, compiled.exported_program, module) from None
+    return actual, accepted
+
+
+def _judge_against_float64(
+    mismatch: AssertionError,
+    program: ExportedProgram,
+    module: torch.nn.Module,
+    inputs: tuple[Any, dict[str, Any]],
+    actual: Any,
+    expected: Any,
+) -> str:
+    """The judgement when the package is as accurate as eager against a float64 run of the model
+    (:mod:`pytest_aoti.core.accuracy`); else raise ``mismatch`` with what the float64 run showed. A graph that draws
+    random numbers or updates buffers is not judged: its difference has another cause, which the mismatch names."""
+    __tracebackhide__ = True
+    if _random_ops(program) or _updated_buffers(program):
+        raise mismatch
+    args, kwargs = _copied(inputs)
+    judgement = judge(actual, expected, lambda: float64_outputs(module, args, kwargs))
+    if not judgement.accepted:
+        raise AssertionError(f"{mismatch}\n\n{judgement.text}") from None
+    return judgement.text
+
+
+def _mismatch_error(mismatch: AssertionError, program: ExportedProgram, module: torch.nn.Module) -> AOTIMismatchError:
+    """The mismatch, with the graph's random ops named when it has any (then eager and package draw differently),
+    and the buffers it updates (then eager and package hold different state after the first call)."""
+    random_ops = _random_ops(program)
+    explanations = [_random_explanation(random_ops, module)] if random_ops else []
+    updated = _updated_buffers(program)
+    if updated:
+        explanations.append(_state_explanation(updated))
+    return AOTIMismatchError("\n\n".join([str(mismatch), *explanations]), random_ops=random_ops)
+
+
+def _updated_buffers(program: ExportedProgram) -> dict[str, str]:
+    """The buffers the model writes in forward (``self.calls += 1``, a running mean, a cache), each with the user's
+    line that writes it when export recorded one. Export's default IR keeps the write in the graph (an in-place op
+    or ``copy_`` into the buffer's placeholder); a decomposed program lists it in ``buffers_to_mutate`` instead."""
+    signature = program.graph_signature
+    buffer_of = {
+        spec.arg.name: spec.target
+        for spec in signature.input_specs
+        if spec.kind == InputKind.BUFFER and isinstance(spec.arg, TensorArgument) and spec.target is not None
+    }
+    found: dict[str, str] = {name: "" for name in signature.buffers_to_mutate.values()}
+    torch_dir = torch_install_dir()
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload) or not target._schema.is_mutable:
+            continue
+        for position, argument in enumerate(target._schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            written = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            if isinstance(written, torch.fx.Node) and written.name in buffer_of:
+                line = user_line(node.meta.get("stack_trace") or "", torch_dir)
+                buffer = buffer_of[written.name]
+                found[buffer] = found.get(buffer) or (line.describe(Path.cwd()) if line else "")
+    return found
+
+
+def _state_explanation(updated: dict[str, str]) -> str:
+    named = ", ".join(f"{name} ({line})" if line else name for name, line in updated.items())
+    return (
+        f"The model updates buffer(s) in forward: {named}. Eager carries each update into its next call; the package "
+        "does not hold the same state, so calls after the first can differ whatever the kernels do. Pass the state "
+        "in and return it, or give each input set a fresh model."
+    )
+
+
+def _random_ops(program: ExportedProgram) -> tuple[str, ...]:
+    """The graph's ops that draw random numbers (torch tags them ``nondeterministic_seeded``), each with the
+    module it came from when export recorded one: ``aten::native_dropout (drop)``."""
+    found: dict[str, None] = {}
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload):
+            continue
+        if torch.Tag.nondeterministic_seeded not in target.tags or not _draws(node, target):
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        where = next(reversed(stack.values()))[0] if stack else ""
+        found[f"{target._schema.name}" + (f" ({where})" if where else "")] = None
+    return tuple(found)
+
+
+def _draws(node: torch.fx.Node, target: OpOverload) -> bool:
+    """Whether a seeded op really draws: a dropout exported in eval mode (``train=False``) or with ``p=0`` stays in
+    the graph, tagged, and returns its input; so does attention with ``dropout_p=0`` (what every model passes in
+    eval mode: ``scaled_dot_product_attention`` is tagged whatever its dropout)."""
+    arguments = target._schema.arguments
+    values = {
+        argument.name: node.args[i]
+        if i < len(node.args)
+        else node.kwargs.get(argument.name, argument.default_value if argument.has_default_value() else None)
+        for i, argument in enumerate(arguments)
+    }
+    if values.get("train") is not None and not values["train"]:  # native_dropout's ``train=None`` trains
+        return False
+    return all(values[name] != 0 for name in ("p", "dropout_p") if name in values)
+
+
+def _random_explanation(random_ops: tuple[str, ...], module: torch.nn.Module) -> str:
+    training = " The model is in training mode: call model.eval() before aoti_check." if module.training else ""
+    return (
+        f"The exported graph draws random numbers: {', '.join(random_ops)}. The package and eager draw different "
+        "ones (Inductor has its own generator), so this comparison cannot tell a wrong kernel from different "
+        "draws." + training
+    )

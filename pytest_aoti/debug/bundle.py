@@ -1,0 +1,284 @@
+"""Repro bundles: one directory per debugged failure that reproduces it without pytest and without the test file.
+
+The debug child writes it before each call of a compiled model (a crash leaves nothing to write afterwards): the
+exported program (``torch.export.save``), the call's inputs, the Inductor configs, the codegen environment, versions,
+the package, the modules that define the custom ops the graph calls, and ``repro.py``. The parent adds the stages'
+logs. ``python repro.py`` re-executes itself under the recorded environment (codegen flags are read when torch is
+imported) and runs the failing call: on the package that failed when this machine's torch built it (the same
+binary, in seconds), else (or with ``--recompile``) on a package it recompiles from the exported program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_aoti.core.compiler import CompiledModel
+
+_RECORDED_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_", "CUDA_", "PYTORCH_")
+
+REPRO_SCRIPT = '''"""Reproduce a failure pytest-aoti debugged, without pytest: python repro.py [--recompile]
+
+Runs the failing call under the recorded debug environment. On package.pt2, the package that failed, when this
+machine's torch built it (versions.json: the same torch, CUDA, GPU and CPU): the same binary, in seconds. Otherwise,
+or with --recompile (to try another torch, or to send upstream), on a package recompiled from the exported program.
+Exit status 0 means the failure did not reproduce.
+"""
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENV = json.loads((HERE / "env.json").read_text())
+if os.environ.get("PYTEST_AOTI_REPRO") != "1":
+    # Inductor reads its codegen flags when torch is imported: start again with them set.
+    os.execvpe(
+        sys.executable, [sys.executable, "-u", __file__, *sys.argv[1:]], {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1"}
+    )
+
+import importlib  # noqa: E402
+import tempfile  # noqa: E402
+
+for module in json.loads((HERE / "custom_ops.json").read_text()):
+    # Custom ops the graph calls must be registered before the program loads.
+    sys.path.insert(0, module["path"])
+    importlib.import_module(module["module"])
+
+import torch  # noqa: E402
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def load_built_here(package, device_index):
+    """The runner of a package this machine's torch built, from the loader aoti_load_package ends in. Before it,
+    aoti_load_package compares the package's vector ISA with this CPU's, which Inductor finds by building and running
+    a probe per ISA (a Python each, ~45 s on a GPU machine): versions.json has answered that already."""
+    try:
+        try:
+            from torch.export.pt2_archive._package import AOTICompiledModel
+        except ImportError:
+            from torch._inductor.package.package import AOTICompiledModel
+        loader = torch._C._aoti.AOTIModelPackageLoader
+    except (ImportError, AttributeError):  # moved by a torch release: the public way, probe and all
+        return torch._inductor.aoti_load_package(package, device_index=device_index)
+    return AOTICompiledModel(loader(package, "model", False, 1, device_index))
+
+
+def why_recompile():
+    """Why the recorded package cannot run here (None: it can). A CPU package is built for this CPU (-march=native),
+    a CUDA one for this GPU, both against this torch."""
+    if "--recompile" in sys.argv[1:]:
+        return "--recompile"
+    if not (HERE / "package.pt2").exists():
+        return "no package.pt2 in the bundle"
+    recorded = json.loads((HERE / "versions.json").read_text())
+    here = {"torch": torch.__version__, "cuda": torch.version.cuda, "cpu": cpu_model()}
+    if torch.cuda.is_available():
+        here["gpu"] = torch.cuda.get_device_name()
+    for key, value in here.items():
+        if recorded.get(key) != value:
+            return f"package.pt2 was built with {key} {recorded.get(key)}, this machine has {value}"
+    return None
+
+
+reason = why_recompile()
+if reason is None:
+    print("repro: running package.pt2, the package that failed (--recompile to rebuild it)", flush=True)
+else:
+    print(f"repro: recompiling the exported program under the recorded environment ({reason})", flush=True)
+program = torch.export.load(HERE / "exported_program.pt2")
+inputs = torch.load(HERE / "inputs.pt", weights_only=False)
+configs = json.loads((HERE / "inductor_configs.json").read_text())
+with tempfile.TemporaryDirectory() as build:
+    package = str(HERE / "package.pt2")
+    if reason is not None:
+        package = torch._inductor.aoti_compile_and_package(
+            program, package_path=os.path.join(build, "repro.pt2"), inductor_configs=configs
+        )
+    # A CUDA package runs on the GPU it is loaded for (the current one unless told): the failing call's, which an
+    # xdist worker's share of a multi-GPU host makes cuda:N.
+    on_gpu = [t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor) and t.is_cuda]
+    device_index = on_gpu[0].device.index if on_gpu else -1
+    # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
+    tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = build
+    if reason is None:
+        runner = load_built_here(package, device_index)
+    else:
+        runner = torch._inductor.aoti_load_package(package, device_index=device_index)
+    if tmpdir is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = tmpdir
+    outputs = runner(*inputs["args"], **inputs["kwargs"])
+    if any(t.is_cuda for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)):
+        torch.cuda.synchronize()
+for number, output in enumerate(torch.utils._pytree.tree_leaves(outputs)):
+    if isinstance(output, torch.Tensor) and output.is_floating_point() and not torch.isfinite(output).all():
+        bad = int((~torch.isfinite(output)).sum())
+        sys.exit(f"reproduced: output {number} holds {bad} NaN/Inf value(s) of {output.numel()}")
+with torch.no_grad():
+    expected = program.module()(*inputs["args"], **inputs["kwargs"])
+try:
+    torch.testing.assert_close(outputs, expected)
+except AssertionError as mismatch:
+    sys.exit(f"reproduced: the package differs from the exported program run eagerly: {mismatch}")
+print(
+    "not reproduced: no crash, no NaN/Inf, and the package matches the exported program run eagerly "
+    "(a mismatch the test saw against the model itself comes from export, not from the package)"
+)
+'''
+
+
+def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
+    """The modules defining the non-aten ops the graph calls, each with the directory to import it from."""
+    from pytest_aoti.core.cache import custom_op_function, custom_op_names
+
+    modules: dict[str, str] = {}
+    for name in custom_op_names(compiled.exported_program):
+        module = sys.modules.get(getattr(custom_op_function(name), "__module__", ""), None)
+        path = getattr(module, "__file__", None)
+        if module is not None and path:
+            importable, root = import_root(module.__name__, Path(path))
+            modules[importable] = str(root)
+    return [{"module": name, "path": path} for name, path in modules.items()]
+
+
+def import_root(module: str, file: Path) -> tuple[str, Path]:
+    """How a fresh interpreter imports ``module`` (defined in ``file``): its dotted name and the directory to put
+    on ``sys.path``. ``tests.ops`` in ``/proj/tests/ops.py`` is imported from ``/proj``; a name that does not mirror
+    the directories (pytest's importlib mode makes such names) is imported by its file's stem from its directory."""
+    file = file.resolve()
+    parts = module.split(".")
+    package_depth = len(parts) if file.name == "__init__.py" else len(parts) - 1
+    root = file.parent
+    for _ in range(package_depth):
+        root = root.parent
+    expected = root.joinpath(*parts)
+    if expected.with_suffix(".py") == file or expected / "__init__.py" == file:
+        return module, root
+    if file.name == "__init__.py":
+        return file.parent.name, file.parent.parent
+    return file.stem, file.parent
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (a CPU package is built with ``-march=native``): ``repro.py``'s ``cpu_model``, which
+    compares it with this one before it runs the recorded package, is the same code (the script needs only torch)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def _versions() -> dict[str, Any]:
+    import torch
+
+    versions: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu": _cpu_model(),
+    }
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = None
+    if torch.cuda.is_available():
+        versions["gpu"] = torch.cuda.get_device_name()
+    from pytest_aoti.core.cache import compiler_identity
+
+    versions["compiler"] = compiler_identity()
+    return versions
+
+
+def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[str, Any]) -> None:
+    """Record a call about to run (the program, package and metadata once per package; the inputs every call)."""
+    stamp = bundle / "package.txt"
+    if not stamp.exists() or stamp.read_text() != str(compiled.package_path):
+        configs = {key: value for key, value in compiled.inductor_configs.items() if key != "aot_inductor.package"}
+        write_program(bundle, compiled.exported_program, compiled.package_path, configs, _custom_op_modules(compiled))
+        (bundle / NODE_SOURCES).write_text(json.dumps(_node_sources(compiled), indent=2))
+        stamp.write_text(str(compiled.package_path))
+    write_inputs(bundle, args, kwargs)
+
+
+def write_program(
+    bundle: Path,
+    program: torch.export.ExportedProgram,
+    package: Path,
+    inductor_configs: dict[str, Any],
+    custom_ops: list[dict[str, str]],
+) -> None:
+    """What ``repro.py`` runs (the package) or recompiles (the program, under the configs, with the custom ops'
+    modules imported), the recorded environment it runs under, the versions that decide which, and the script."""
+    import torch
+
+    bundle.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, bundle / "exported_program.pt2")
+    shutil.copyfile(package, bundle / "package.pt2")
+    (bundle / "inductor_configs.json").write_text(json.dumps(inductor_configs, indent=2, default=repr))
+    environment = {k: v for k, v in os.environ.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
+    (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
+    (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
+    (bundle / "custom_ops.json").write_text(json.dumps(custom_ops, indent=2))
+    (bundle / "repro.py").write_text(REPRO_SCRIPT)
+
+
+def write_inputs(bundle: Path, args: Any, kwargs: dict[str, Any]) -> None:
+    """The call's inputs, as ``repro.py`` and minify read them."""
+    import torch
+
+    torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, bundle / "inputs.pt")
+
+
+# The exported program's node -> stack trace, from this run's export. A cached package's provenance data holds the
+# traces of the export that compiled it (another checkout, other line numbers: the cache key leaves locations out);
+# its node names are the graph's, which the key does include.
+NODE_SOURCES = "node_sources.json"
+
+
+def _node_sources(compiled: CompiledModel) -> dict[str, str]:
+    return {
+        node.name: trace
+        for node in compiled.exported_program.graph.nodes
+        if isinstance(trace := node.meta.get("stack_trace"), str)
+    }
+
+
+def read_node_sources(bundle: Path) -> dict[str, str]:
+    try:
+        sources = json.loads((bundle / NODE_SOURCES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): v for k, v in sources.items() if isinstance(v, str)} if isinstance(sources, dict) else {}
+
+
+def custom_op_modules(bundle: Path) -> list[tuple[str, str]]:
+    """The modules ``repro.py`` imports (the custom ops the graph calls) and the directory each is imported from,
+    as recorded in the bundle."""
+    try:
+        return [(entry["module"], entry["path"]) for entry in json.loads((bundle / "custom_ops.json").read_text())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []

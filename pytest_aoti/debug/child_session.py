@@ -1,0 +1,149 @@
+"""Child side of the process boundary: the pytest session inside a debug or isolation child.
+
+It keeps only the test the parent asked for (by node id, after collection, so the id means exactly what it meant in
+the parent), skips collecting other files, sends every report and warning back as it is made, and makes Hypothesis
+replay the saved failing example instead of searching again. It never reruns or isolates anything itself.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import warnings
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.core import phases
+from pytest_aoti.core.errors import failure_kind
+from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
+from pytest_aoti.debug.child import write_report, write_warning
+from pytest_aoti.debug.child_args import without_xdist_group
+from pytest_aoti.fixtures import DebugSinks, debug_sinks_key
+
+
+class ChildSession:
+    def __init__(self, config: pytest.Config, nodeid: str, test_path: str | None, report_file: str | None) -> None:
+        self.config = config
+        self.nodeid = without_xdist_group(nodeid)
+        self.test_path = Path(os.path.normpath(test_path)) if test_path else None
+        self.report_file = report_file
+        if os.environ.get(CHILD_ENV) != Stage.ISOLATE:
+            # A debug stage replays the failing example; an isolated test searches as it would in the parent.
+            _replay_hypothesis_failures_only()
+        # Where the core's phase marks go: the event stream, and a debug stage's log between the printer's kernel lines
+        # (an isolated test's output is captured into its report, where the markers would be noise).
+        phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != Stage.ISOLATE)
+        # What the core's calls report to, in this child: the bundle (first debug stage) and numerics' captures.
+        bundle_dir, numerics_dir = os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV)
+        config.stash[debug_sinks_key] = DebugSinks(
+            bundle_dir=Path(bundle_dir) if bundle_dir else None,
+            numerics_dir=Path(numerics_dir) if numerics_dir else None,
+            event_file=report_file,
+        )
+
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """Collect only the target's file (and the directories on the way to it): a child of a large suite must
+        not import every test module. Package and conftest files are left to pytest."""
+        if self.test_path is None or collection_path.name in ("__init__.py", "conftest.py"):
+            return None
+        if collection_path == self.test_path or collection_path in self.test_path.parents:
+            return None
+        return True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        selected = [item for item in items if item.nodeid == self.nodeid]
+        deselected = [item for item in items if item.nodeid != self.nodeid]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.excinfo is not None:
+            # What kind of failure this was travels with the report: the parent triages debug reruns by it.
+            # A plain str: xdist's wire format (execnet) takes no str subclass.
+            report.aoti_failure_kind = str(failure_kind(call.excinfo.value))  # type: ignore[attr-defined]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.report_file:
+            write_report(self.config, report, self.report_file)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The child's own cache line, in its log: whether a debug stage loaded its package or compiled it."""
+        from pytest_aoti.debug.reporting import cache_summary
+        from pytest_aoti.fixtures import cache_stats
+
+        stats = cache_stats(self.config)
+        if stats:
+            terminalreporter.write_line(cache_summary(stats))
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
+        if self.report_file:
+            write_warning(warning_message, when, nodeid, self.report_file)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self) -> None:
+        """Everything the parent reads is written by now. What is left is interpreter shutdown, whose final garbage
+        collection walks every object torch, dynamo and Inductor made: ~1 s per child on 2 cores. Frozen objects
+        are not walked; the process is about to end, and the parent removes its temp dir."""
+        gc.freeze()
+
+
+# Options of the parent's that write its files or change its scheduling, and what they become in a child: set
+# from PYTEST_ADDOPTS or the ini file's addopts, they reach the child even though its command line leaves them out.
+_PARENT_ONLY_OPTIONS: dict[str, object] = {
+    "xmlpath": None,  # --junitxml
+    "report_log": None,  # pytest-reportlog
+    "htmlpath": None,  # pytest-html
+    "json_report": False,  # pytest-json-report
+    "json_report_file": None,
+    "resultlog": None,
+    "numprocesses": None,  # pytest-xdist
+    "dist": "no",
+    "tx": [],
+    "distload": False,
+    "looponfail": False,
+    "lf": False,
+    "failedfirst": False,
+    "newfirst": False,
+    "last_failed_no_failures": "all",
+    "stepwise": False,
+    "stepwise_skip": False,
+    "stepwise_reset": False,
+    "cacheclear": False,
+    "aoti_cache_clear": None,
+}
+
+
+def neutralize_parent_options(config: pytest.Config) -> None:
+    """In a child, before any plugin configures itself: turn off what would write the user's report files, start
+    xdist, or select tests by the parent's cache (pytest-xdist's ``remote.setup_config`` does the same to its
+    workers' options)."""
+    for dest, value in _PARENT_ONLY_OPTIONS.items():
+        if hasattr(config.option, dest):
+            setattr(config.option, dest, value)
+
+
+def _replay_hypothesis_failures_only() -> None:
+    """Hypothesis replays the failing example from its database (the parent saved it, same cwd) and searches no
+    further, so the kernel log is about the failing shape. Loaded before collection: ``@settings`` objects inherit
+    the profile that is current when the test module is imported."""
+    try:
+        from hypothesis import HealthCheck, Phase, settings
+    except ImportError:
+        return
+    settings.register_profile(
+        "pytest-aoti-child",
+        phases=[Phase.explicit, Phase.reuse],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    settings.load_profile("pytest-aoti-child")

@@ -1,0 +1,432 @@
+"""Parent side: the pytest session the user started (or one of its xdist workers).
+
+It runs isolated tests in children, debug-reruns failures, keeps later CUDA tests away from a poisoned context, and
+writes the ``aoti`` terminal summary from the reports pytest keeps. The xdist controller's part (tests that crash
+their worker) lives in :class:`XdistController`, registered only where pytest-xdist is.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Generator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.core import phases
+from pytest_aoti.core.errors import failure_kind
+from pytest_aoti.core.processes import signal_name
+from pytest_aoti.core.protocol import Outcome, Stage, VerdictSummary
+from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
+from pytest_aoti.debug.reporting import (
+    SECTION_TITLE,
+    isolated_reports,
+    section_text,
+    summary_lines,
+    user_properties,
+    verdict_record,
+)
+from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
+from pytest_aoti.debug.triage import triage
+from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
+from pytest_aoti.snapshots.plugin import SnapshotTracker
+
+poisoned_by_key = pytest.StashKey[str]()
+children_dir_key = pytest.StashKey[Path]()
+# workerinput key: this worker is the one pytest-aoti made of the session (the crash guard), see XdistController.
+SUPERVISED_WORKER = "aoti_supervised"
+
+
+def children_dir(config: pytest.Config) -> Path:
+    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies."""
+    if children_dir_key not in config.stash:
+        # pytest creates the session's TempPathFactory at configure time; there is no public handle on it outside
+        # fixtures, and the isolated test never reaches its fixtures in this process.
+        factory = getattr(config, "_tmp_path_factory", None)
+        if factory is not None:
+            config.stash[children_dir_key] = factory.mktemp("aoti-children", numbered=False)
+        else:  # -p no:tmpdir: the user keeps no temp files; the header says logs and bundles go at the end
+            path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
+            config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
+            config.stash[children_dir_key] = path
+    return config.stash[children_dir_key]
+
+
+def _workdir(config: pytest.Config, nodeid: str) -> Path:
+    safe = re.sub(r"[^\w.-]+", "_", nodeid)[-100:]
+    return Path(tempfile.mkdtemp(prefix=safe + "-", dir=children_dir(config)))
+
+
+def _test_path(config: pytest.Config, nodeid: str) -> Path:
+    """The file a node id names (its part before the first ``::``, relative to the rootdir; ``../`` when the tests
+    live outside it), normalized as pytest's own collection paths are."""
+    return Path(os.path.normpath(config.rootpath / nodeid.split("::", 1)[0]))
+
+
+def attach_debug(
+    config: pytest.Config,
+    report: pytest.TestReport,
+    request: DebugRequest,
+    *,
+    test_path: Path | None,
+    failure: str | None,
+    isolated_run: ChildRun | None = None,
+    reached_aoti: bool = True,
+    crashed: bool = False,
+) -> list[tuple[str, object]]:
+    """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
+    report. ``reached_aoti``: whether the test announced any pytest-aoti phase (export, compile, load, run) before
+    it failed. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
+    reads ``user_properties`` from that one only."""
+    plan = triage(
+        failure,
+        request,
+        isolated_run=isolated_run,
+        setup_failed_before_aoti=report.when == "setup" and not reached_aoti,
+        no_children_reason=config.stash[settings_key].no_children_reason,
+    )
+    if plan.not_rerun is not None:
+        verdict = Verdict(report.nodeid, not_rerun=plan.not_rerun)
+    else:
+        workdir = _workdir(config, report.nodeid)
+        verdict = debug_rerun(config, report.nodeid, test_path=test_path, workdir=workdir, request=request, plan=plan)
+        # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
+        # failure, not the test's: the verdict says so.
+        original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
+        verdict.test_failure = failure_if_different(original, verdict)
+    config.hook.pytest_aoti_verdict(config=config, nodeid=report.nodeid, verdict=verdict)
+    properties = user_properties(verdict)
+    report.sections.append((SECTION_TITLE, section_text(verdict)))
+    report.user_properties = [*report.user_properties, *properties]
+    report.aoti_verdict = verdict_record(verdict).to_dict()  # type: ignore[attr-defined]
+    return properties
+
+
+class ParentSession:
+    def __init__(self, config: pytest.Config, settings: Settings, snapshots: SnapshotTracker) -> None:
+        self.config = config
+        self.settings = settings
+        self.snapshots = snapshots
+
+    def _isolate_reason(self, item: pytest.Item) -> str | None:
+        if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
+            return None  # only fixtures are set up (or shown): nothing a child would add
+        reason = item_settings(item).isolate_reason
+        if reason is not None:
+            return reason
+        poisoned_by = self.config.stash.get(poisoned_by_key, None)
+        if poisoned_by is not None and uses_aoti(item) and self.settings.device != "cpu":
+            return f"the CUDA context was poisoned by {poisoned_by}"
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        reason = self._isolate_reason(item)
+        if reason is None:
+            return self._run_in_process_with_debug(item, nextitem)
+        resolved = item_settings(item)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        capture = self.config.getoption("capture", "fd") != "no"
+        run = start_child(
+            self.config,
+            item.nodeid,
+            test_path=item.path,
+            stage=Stage.ISOLATE,
+            env={},
+            timeout=resolved.isolate_timeout,
+            workdir=_workdir(self.config, item.nodeid),
+            capture=capture,
+        ).wait()
+        if not capture:
+            # -s: the test's output, as it would have reached the terminal in this process.
+            self.config.get_terminal_writer().write(run.log)
+        for record in run.warnings:
+            replay_warning(self.config, record)
+        properties: list[tuple[str, object]] = []
+        for report in isolated_reports(item, run, reason):
+            # A crash in teardown too, as when a worker crashes there: the package's release, or a device-side assert
+            # that aborts at the next synchronize, crashes there; the verdict says where the Python stack was.
+            crashed_here = report.failed and report.when == "teardown" and run.outcome is Outcome.CRASHED
+            if report.failed and (report.when in ("setup", "call") or crashed_here) and resolved.debug is not None:
+                properties = attach_debug(
+                    self.config,
+                    report,
+                    resolved.debug,
+                    test_path=item.path,
+                    failure=getattr(report, "aoti_failure_kind", None),
+                    isolated_run=run,
+                    reached_aoti=run.phase is not None,
+                )
+            if report.when == "teardown" and not crashed_here:  # a crash there has the properties already
+                report.user_properties = [*report.user_properties, *properties]
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    def _run_in_process_with_debug(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """A test that wants a debug rerun, run here phase by phase as pytest's ``runtestprotocol`` does (and
+        pytest-rerunfailures, which reruns from this hook too): each report is logged as its phase ends (an xdist
+        controller learns from the setup report that the test wants a rerun, should the worker crash), a failed
+        setup or call after its debug rerun, with the verdict on it. Any other test: pytest's own protocol."""
+        request = item_settings(item).debug
+        if request is None:
+            return None
+        from _pytest.runner import call_and_report, show_test_item
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        properties: list[tuple[str, object]] = []
+
+        def phase(when: str, **kwargs: Any) -> pytest.TestReport:
+            nonlocal properties
+            report = call_and_report(item, when, log=False, **kwargs)  # type: ignore[arg-type]
+            if report.failed and when in ("setup", "call"):
+                failure = getattr(report, "aoti_failure_kind", None)
+                reached = getattr(report, "aoti_reached", True)
+                properties = attach_debug(
+                    self.config, report, request, test_path=item.path, failure=failure, reached_aoti=reached
+                )
+            if when == "teardown":  # junitxml reads the properties from the teardown report
+                report.user_properties = [*report.user_properties, *properties]
+            item.ihook.pytest_runtest_logreport(report=report)
+            return report
+
+        has_request = hasattr(item, "_request")
+        if has_request and not item._request:  # type: ignore[attr-defined]
+            item._initrequest()  # type: ignore[attr-defined]
+        try:
+            if phase("setup").passed:
+                setup_only = self.config.getoption("setuponly", False)
+                if self.config.getoption("setupshow", False):
+                    show_test_item(item, add_space=not setup_only)
+                if not setup_only:
+                    phase("call")
+            if item.session.shouldfail or item.session.shouldstop:
+                nextitem = None  # tear everything down, as runtestprotocol does
+            phase("teardown", nextitem=nextitem)
+        finally:
+            if has_request:
+                item._request = False  # type: ignore[attr-defined]
+                item.funcargs = None  # type: ignore[attr-defined]
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        request = item_settings(item).debug
+        if request is not None and report.when == "setup":
+            # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
+            report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
+        if report.failed and report.when in ("setup", "call"):
+            # A plain str: xdist's wire format (execnet) takes no str subclass.
+            kind = str(failure_kind(call.excinfo.value)) if call.excinfo is not None else None
+            report.aoti_failure_kind = kind  # type: ignore[attr-defined]
+            report.aoti_reached = phases.announced() is not None  # type: ignore[attr-defined]
+            self._check_cuda_context(item, report)
+        return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        phases.forget()  # what counts is what this test reaches
+
+    def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the
+        context for every later test, which then runs isolated instead of failing with the inherited error."""
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return
+        from pytest_aoti.core.compiler import cuda_context_problem
+
+        problem = cuda_context_problem()
+        if problem is not None:
+            self.config.stash[poisoned_by_key] = item.nodeid
+            report.aoti_poisoned_cuda = True  # type: ignore[attr-defined]
+            report.sections.append(
+                (
+                    "aoti cuda context",
+                    f"the CUDA context of this process is unusable after this test: {problem}\n"
+                    "later tests that use CUDA run in fresh subprocesses (pytest-aoti).",
+                )
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The supervised worker is a process pytest-aoti added, not the user's interpreter: once its reports are
+        sent, skip shutdown's final garbage collection over every object torch made (~1 s on 2 cores), which the
+        controller would wait for. The controller, the process the user started, ends as it always does."""
+        if getattr(config, "workerinput", {}).get(SUPERVISED_WORKER):
+            gc.freeze()
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        from pytest_aoti.debug.reporting import cache_summary
+        from pytest_aoti.fixtures import cache_stats
+
+        verdicts: list[str] = []
+        poisoned: list[str] = []
+        seen: set[tuple[str, str]] = set()
+        for reports in terminalreporter.stats.values():
+            for report in reports:
+                summary = VerdictSummary.from_dict(getattr(report, "aoti_verdict", None))
+                if summary is not None and (report.nodeid, summary.headline) not in seen:
+                    seen.add((report.nodeid, summary.headline))
+                    verdicts += summary_lines(report.nodeid, summary)
+                if getattr(report, "aoti_poisoned_cuda", False):
+                    poisoned.append(
+                        f"CUDA context poisoned by {report.nodeid}: later CUDA tests of that process ran in fresh "
+                        "subprocesses"
+                    )
+        stats = cache_stats(config)
+        snapshots = self.snapshots.summary_lines()
+        if not verdicts and not poisoned and not stats and not snapshots:
+            return
+        terminalreporter.write_sep("=", "aoti")
+        for line in [*verdicts, *poisoned, *snapshots]:
+            terminalreporter.write_line(line)
+        if stats:
+            terminalreporter.write_line(cache_summary(stats))
+        if children_dir_key in config.stash:
+            terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}")
+
+
+class XdistController:
+    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, crash reports that
+    say how the worker ended, and the workers' cache statistics for the summary. With ``supervising`` (the session
+    pytest-aoti turned into one xdist worker, whose restarts are not capped), it also stops a run whose crashes
+    cannot be test failures: a worker that dies while collecting, or two tests in a row crashing in setup (a
+    session- or module-scoped fixture that crashes would otherwise crash once per test)."""
+
+    def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
+        self.config = config
+        self.supervising = supervising
+        self.armed: dict[str, dict[str, Any]] = {}
+        self.crash_properties: dict[str, list[tuple[str, object]]] = {}
+        self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
+        self.setup_passed: set[str] = set()
+        self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
+        self.collected_nodes: set[int] = set()
+        self.crashed_in_setup_last = False
+        self.stop_reason: str | None = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        request = getattr(report, "aoti_debug_request", None)
+        if request is not None:
+            self.armed[report.nodeid] = request
+        if report.when == "setup" and isinstance(device := getattr(report, "aoti_device", None), str):
+            self.devices[report.nodeid] = device
+        elif report.when == "teardown":
+            self.devices.pop(report.nodeid, None)
+        if report.when == "setup" and report.passed:
+            self.setup_passed.add(report.nodeid)
+            self.crashed_in_setup_last = False
+        elif report.when == "call":
+            self.call_reported.add(report.nodeid)
+        properties = self.crash_properties.pop(report.nodeid, None)
+        if properties is not None:
+            # xdist logs a crashed test as one report and never a teardown. junitxml reads properties from the
+            # teardown report and keys its test cases by (node id, worker node): give it that teardown, for the
+            # same test case, so the test stays one <testcase> with its failure and its properties.
+            teardown = pytest.TestReport(
+                report.nodeid, report.location, {}, "passed", None, "teardown", user_properties=properties
+            )
+            teardown.node = getattr(report, "node", None)  # type: ignore[attr-defined]
+            self.config.hook.pytest_runtest_logreport(report=teardown)
+        if self.stop_reason is not None and getattr(report, "aoti_crashed", False):
+            pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.supervising:
+            node.workerinput[SUPERVISED_WORKER] = True
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        self.collected_nodes.add(id(node))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        in_setup = crashitem not in self.setup_passed
+        in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
+        how = _worker_exit(getattr(report, "node", None))
+        # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
+        # setup or teardown an error, as pytest reports a fixture's exception there.
+        report.when = "setup" if in_setup else "teardown" if in_teardown else "call"
+        where = ", in setup" if in_setup else ", in teardown" if in_teardown else ""
+        report.longrepr = f"{report.longrepr} ({how}{where})"
+        report.aoti_crashed = True  # type: ignore[attr-defined]
+        # xdist counts its workers' reports toward -x/--maxfail, but not the crash reports it makes itself.
+        count_failure = getattr(self.config.pluginmanager.getplugin("dsession"), "_handlefailures", None)
+        if count_failure is not None:
+            count_failure(report)
+        if self.supervising and in_setup and self.crashed_in_setup_last:
+            self.stop_reason = (
+                f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "
+                "test set up in between; a session- or module-scoped fixture that crashes would crash every later "
+                "test the same way"
+            )
+        self.crashed_in_setup_last = in_setup
+        device = self.devices.pop(crashitem, None)
+        if device is not None:  # JUnit consumers group by device: the tests that crashed theirs most of all
+            self.crash_properties[crashitem] = [("aoti_device", device)]
+        armed = self.armed.get(crashitem)
+        if armed is None:
+            self._carry_properties(report)
+            return
+        request = DebugRequest(
+            **{
+                **armed,
+                "kernels": tuple(armed["kernels"]),
+                "stages": tuple(armed["stages"]) if armed["stages"] is not None else None,
+            }
+        )
+        test_path = _test_path(self.config, crashitem)
+        properties = attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
+        if report.when != "teardown":  # in teardown, attach_debug put them on this report, which junitxml reads
+            self.crash_properties[crashitem] = [*self.crash_properties.get(crashitem, []), *properties]
+        self._carry_properties(report)
+
+    def _carry_properties(self, report: pytest.TestReport) -> None:
+        """A crash in teardown is itself the teardown report, which junitxml reads the properties from."""
+        if report.when == "teardown":
+            report.user_properties = [*report.user_properties, *self.crash_properties.pop(report.nodeid, [])]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from pytest_aoti.fixtures import worker_stats_key
+
+        stats = getattr(node, "workeroutput", {}).get("aoti_cache_stats")
+        if stats:
+            self.config.stash.setdefault(worker_stats_key, []).append(stats)
+        if self.supervising and error and id(node) not in self.collected_nodes:
+            pytest.exit(
+                f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "
+                f"({_worker_exit(node)}); a crash during collection would repeat in every new worker",
+                returncode=pytest.ExitCode.INTERRUPTED,
+            )
+
+
+def _worker_exit(node: Any) -> str:
+    """How a crashed xdist worker ended (``SIGSEGV``, ``exit code 3``), read off its process where execnet's popen
+    gateway exposes it; ``crashed`` otherwise."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return "crashed"
+    try:
+        returncode = popen.wait(timeout=10)
+    except Exception:  # still running, or not a Popen after all
+        return "crashed"
+    if returncode is None:
+        return "crashed"
+    if returncode < 0:
+        return f"crashed with {signal_name(-returncode)}"
+    return f"exited with code {returncode}"

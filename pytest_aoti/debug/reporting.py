@@ -1,0 +1,473 @@
+"""The one renderer: a verdict's headline, report section, JUnit properties and summary lines; an isolated test's
+reports; the cache line. Nothing else formats what pytest-aoti shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_aoti.core.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage, VerdictSummary
+from pytest_aoti.debug import kernel_log, provenance
+from pytest_aoti.debug.child import ChildRun
+from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
+
+SECTION_TITLE = "aoti debug rerun"
+ISOLATION_TITLE = "aoti isolation"
+LOAD_SEGFAULT_HINT = (
+    "the process crashed while loading the AOTI package. If this is a segfault in std::regex / parse_device_str, "
+    "the package's .so carries its own libstdc++ locale code that clashes with the process's: run with "
+    "LD_PRELOAD=libstdc++.so.6 (or the path of your libstdc++.so.6)"
+)
+
+
+def _where(stats: kernel_log.TensorStats) -> str:
+    if stats.kernel is None:
+        return f"model input {stats.arg}"
+    return f"{stats.kernel} ({stats.arg} after launch, mean {stats.mean})"
+
+
+def _at(verdict: Verdict, role: str) -> str:
+    """`` at model.py:42 in forward: h = …`` for the kernel the verdict names in ``role``, or nothing. When the kernel
+    failed an index check, the lines of its index reads (an embedding's lookup) come first: the check is theirs."""
+    source = verdict.sources.get(role)
+    return f" {_source_of(verdict, role, source)}" if source is not None else ""
+
+
+def _source_of(verdict: Verdict, role: str, source: provenance.KernelSource) -> str:
+    indexing = role == "suspect" and kernel_log.asserted_bounds(verdict.device_assert or verdict.bounds_check)
+    return provenance.where(source, verdict.source_root, indexing=indexing is not None)
+
+
+# Which named kernel's source line is the answer, most specific first.
+_SOURCE_ROLES = ("divergent", "nonfinite", "next", "suspect")
+
+
+def source_line(verdict: Verdict) -> str | None:
+    """The user's line the verdict points at (JUnit ``aoti_source``)."""
+    if verdict.crashed_after_run and verdict.crash_frame is not None:
+        return f"crash: at {verdict.crash_frame.describe(verdict.source_root)}"
+    for role in _SOURCE_ROLES:
+        source = verdict.sources.get(role)
+        if source is not None:
+            return f"{source.name}: {_source_of(verdict, role, source)}"
+    return None
+
+
+_GENERIC_RUN_ERROR = "run_func_("
+
+
+def _cause(verdict: Verdict) -> str | None:
+    """The specific reason the package failed, when the logs tell one."""
+    if verdict.device_assert:
+        return f"device-side assert `{verdict.device_assert}`"
+    if verdict.bounds_check:
+        return f"kernel bounds check `{verdict.bounds_check}`"
+    if verdict.nan_assert:
+        return f"NaN assert: {verdict.nan_assert}"
+    return verdict.cuda_error
+
+
+def _stats_text(block: kernel_log.TensorStats) -> str:
+    return f"{block.arg} (min {block.minimum}, max {block.maximum}, mean {block.mean}, size {block.size})"
+
+
+def bad_values(verdict: Verdict) -> list[str]:
+    """The suspect kernel's inputs that explain the failure: outside an asserted range, or not finite."""
+    bounds = kernel_log.asserted_bounds(verdict.device_assert or verdict.bounds_check)
+    facts = []
+    for block in verdict.suspect_inputs:
+        if kernel_log.out_of_range(block, bounds):
+            assert bounds is not None
+            facts.append(
+                f"{_stats_text(block)} into {verdict.suspect_kernel}: outside the asserted range "
+                f"[{bounds[0]}, {bounds[1]})"
+            )
+        elif block.nonfinite:
+            facts.append(f"{_stats_text(block)} into {verdict.suspect_kernel}: not finite")
+    return facts
+
+
+def _kernel_text(found: KernelFinding, at: str = "") -> str:
+    return (
+        f"{found.kernel} (nodes: {', '.join(found.nodes) or '?'}){at}{';' if at else ''} max abs err "
+        f"{found.max_abs:.3g}, max rel err {found.max_rel:.3g} at index {tuple(found.index)}"
+    )
+
+
+def _inputs_text(found: KernelFinding) -> str:
+    if not found.inputs_matched:
+        return "; ".join(found.input_notes)
+    if found.inputs_not_compared:
+        return "inputs matched eager where compared; not compared: " + ", ".join(found.inputs_not_compared)
+    return "inputs matched eager"
+
+
+_EXPORT_CAUSE = (
+    "Python state read at trace time, e.g. a counter or an attribute, is a constant in the graph while eager reads "
+    "it afresh"
+)
+
+
+def divergence(finding: Finding, at: str = "") -> str:
+    """Stage numerics' answer in one line: the first divergent kernel (``at``: its source line), or why there is
+    none."""
+    found = finding.diverged
+    if found:
+        return f"first divergent kernel: {_kernel_text(found, at)}; {_inputs_text(found)}"
+    if not finding.compared:
+        return "numerics: " + ("; ".join(finding.notes) or "no kernel output could be compared")
+    text = f"no kernel diverged from eager beyond rounding noise ({finding.noise})"
+    past = finding.past_tolerance
+    if past:
+        return (
+            f"{text}; the test's tolerance ({finding.test_tolerance}) is tighter than the arithmetic allows: "
+            f"the first kernel past it is {_kernel_text(past)}"
+        )
+    if finding.outputs_as_exported:
+        return (
+            f"{text}; the package's outputs are the exported program's and eager's are not: the difference comes "
+            f"from export, not Inductor ({_EXPORT_CAUSE})"
+        )
+    return f"{text}; every kernel matched at the test's tolerance: the mismatch is in the comparison itself"
+
+
+def divergence_details(finding: Finding) -> list[str]:
+    found = finding.diverged or finding.past_tolerance
+    lines = []
+    if found and found.as_exported:
+        lines.append(
+            f"the exported program computes what the package does at {found.node}: the difference comes from "
+            f"export, not Inductor ({_EXPORT_CAUSE})"
+        )
+    elif found and found.closer:
+        closer = "both are as close" if found.closer == "neither" else f"the {found.closer} is closer"
+        lines.append(
+            f"float64 reference of {found.node}: {closer} (package max abs err "
+            f"{found.package_err64:.3g}, eager {found.eager_err64:.3g})"
+        )
+    if found and found.within_noise is False and finding.past_tolerance and finding.diverged:
+        lines.append(
+            f"earlier, within rounding noise but past the test's tolerance: {_kernel_text(finding.past_tolerance)}"
+        )
+    lines.append(f"kernel outputs compared with eager: {finding.compared} over {finding.launches} launches")
+    lines += [f"numerics: {note}" for note in finding.notes]
+    return lines
+
+
+def minified_text(result: MinifyResult) -> str:
+    """Stage minify's answer: node counts before and after, and where the minimal repro is."""
+    count = result.candidates
+    searched = f"{count} candidate{'' if count == 1 else 's'} in {result.seconds} s"
+    if result.nodes_after is None:
+        return f"minify: {result.error or 'no smaller failing graph found'} ({searched})"
+    stop = "candidate cap reached" if result.out_of_candidates else "budget reached" if result.out_of_time else "done"
+    return (
+        f"minify: {result.nodes_before} -> {result.nodes_after} nodes, still {result.want} ({searched}, {stop}): "
+        f"{result.repro}"
+    )
+
+
+def headline(verdict: Verdict) -> str:
+    if verdict.not_rerun:
+        return f"not rerun: {verdict.not_rerun}"
+    first = verdict.first
+    if first is None:
+        return "no debug stage ran"
+    if not verdict.reproduced:
+        total = verdict.rerun_counts[1]
+        return (
+            f"did not reproduce in isolation (0 of {total} rerun{'' if total == 1 else 's'} failed; the failure may "
+            "depend on earlier tests or on timing)"
+        )
+    described = first.describe()
+    cause = _cause(verdict)
+    if cause and _GENERIC_RUN_ERROR in described:
+        # AOTI's generic wrapper error says nothing; the logs said what happened.
+        described = f"{first.outcome}: {cause}"
+    parts = [described]
+    if verdict.test_failure is not None:
+        parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
+    where = _where_the_run_was(verdict, crashed=first.outcome is Outcome.CRASHED)
+    if where is not None:
+        parts.append(where)
+    if verdict.phase == "load":
+        parts.append("while loading the package")
+    parts += [f"bad input {fact}" for fact in bad_values(verdict)[:1]]
+    if verdict.device_assert and verdict.device_assert not in described:
+        parts.append(f"device-side assert `{verdict.device_assert}`")
+    if verdict.bounds_check and verdict.bounds_check not in described:
+        parts.append(f"kernel bounds check `{verdict.bounds_check}`")
+    if verdict.sanitizer is not None:
+        parts.append(f"compute-sanitizer: {verdict.sanitizer.describe()}")
+    if verdict.nan_assert and verdict.nan_assert not in described:
+        parts.append(f"NaN assert: {verdict.nan_assert}")
+    if verdict.first_nonfinite is not None:
+        parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}{_at(verdict, 'nonfinite')}")
+    if verdict.numerics is not None:
+        parts.append(divergence(verdict.numerics, _at(verdict, "divergent")))
+    if verdict.reproduction is not None:
+        parts.append(verdict.reproduction)
+    return "; ".join(parts)
+
+
+def _where_the_run_was(verdict: Verdict, *, crashed: bool) -> str | None:
+    """Where in the package the rerun was when it failed: the kernel it died in, the code between two kernels, no
+    kernel at all (the Python stack then), or the last kernel that completed."""
+    if verdict.died_in:
+        return f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}"
+    if verdict.crashed_after_run:
+        return _no_kernel_running(verdict)
+    if verdict.last_completed and crashed:
+        following = verdict.sources.get("next")
+        between = (
+            f"the next call is {following.name}{_at(verdict, 'next')}"
+            if following is not None
+            else "a custom op or an extern call"
+        )
+        return (
+            f"after kernel {verdict.last_completed} completed and before the next kernel launched "
+            f"(the crash is in code between compiled kernels: {between})"
+        )
+    if verdict.last_completed:
+        nonfinite = verdict.first_nonfinite
+        # The first NaN/Inf's kernel names its line below: the same line once is enough.
+        same = nonfinite is not None and nonfinite.kernel == verdict.last_completed
+        return f"last kernel completed: {verdict.last_completed}{'' if same else _at(verdict, 'suspect')}"
+    if verdict.crash_frame is not None and crashed:
+        # No kernel had run (a crash in a fixture, an export, a load): the Python stack is all there is.
+        return f"the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}"
+    return None
+
+
+def _no_kernel_running(verdict: Verdict) -> str:
+    """A crash once the package had returned (or before it ran): where the Python stack was instead of a kernel."""
+    when = f"in {verdict.crashed_in}, " if verdict.crashed_in in ("setup", "teardown") else ""
+    moment = "before the package ran" if verdict.phase == "loaded" else "after the package's last run returned"
+    text = (
+        f"{when}{moment}: no kernel was running (the crash is outside the compiled code, unless the package "
+        "corrupted memory that later code touched)"
+    )
+    if verdict.crash_frame is not None:
+        text += f"; the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}"
+    return text
+
+
+def _failure_text(kind: str) -> str:
+    if kind in ("crash", "timeout"):
+        return f"it had a {kind}"
+    if kind == "other":
+        return "it failed with another error"
+    words = kind.replace("_", " ").removesuffix(" error")
+    return f"it failed with {'an' if words[0] in 'aeiou' else 'a'} {words} error"
+
+
+def _stage_line(run: ChildRun) -> str:
+    printer = run.env_delta.get(PRINTER_ENV)
+    what = "compute-sanitizer memcheck" if run.stage == Stage.SANITIZER else f"printer={printer}"
+    what += ", provenance tracking" if run.stage == Stage.NUMERICS else ""
+    if run.stage == Stage.TENSORS:
+        # Beside stage kernels it prints every kernel, and its log is read for the suspects.
+        what += f" filtered to {run.env_delta[FILTER_ENV]}" if FILTER_ENV in run.env_delta else ", every kernel"
+    return f"stage {run.label} ({what}): {run.describe()} [{run.seconds:.1f} s]"
+
+
+def section_text(verdict: Verdict) -> str:
+    lines = [f"verdict: {headline(verdict)}"]
+    lines += [_stage_line(run) for run in verdict.stages]
+    if verdict.seconds is not None and verdict.stages:
+        lines.append(f"debug stages: {verdict.seconds:.1f} s in all")
+    lines += verdict.notes
+    if verdict.numerics is not None:
+        lines.append(divergence(verdict.numerics, _at(verdict, "divergent")))
+        lines += divergence_details(verdict.numerics)
+    if verdict.sanitizer is not None:
+        lines.append(f"sanitizer: {verdict.sanitizer.describe()}")
+    if verdict.minified is not None:
+        lines.append(minified_text(verdict.minified))
+        lines.append(f"minify candidates: {', '.join(verdict.minified.verdicts) or 'none'}")
+    if verdict.minify_log is not None:
+        lines.append(f"minify log: {verdict.minify_log}")
+    if verdict.died_in:
+        lines.append(f"suspect kernel: {verdict.died_in} (launched, never finished)")
+    elif verdict.last_completed:
+        lines.append(f"last completed kernel: {verdict.last_completed}")
+    if verdict.suspects and any(run.stage == Stage.TENSORS for run in verdict.stages):
+        lines.append(f"suspects (read in stage tensors' log): {', '.join(verdict.suspects)}")
+    lines += [f"bad input: {fact}" for fact in bad_values(verdict)]
+    if verdict.suspect_inputs:
+        lines.append(
+            f"inputs of {verdict.suspect_kernel}: " + "; ".join(_stats_text(block) for block in verdict.suspect_inputs)
+        )
+    if verdict.first_nonfinite is not None:
+        stats = verdict.first_nonfinite
+        lines.append(
+            f"first NaN/Inf: {stats.kernel or 'model input'} {stats.arg} "
+            f"(mean {stats.mean}, min {stats.minimum}, max {stats.maximum}, size {stats.size})"
+        )
+    for label, signal_text in (
+        ("device-side assert", verdict.device_assert),
+        ("kernel bounds check", verdict.bounds_check),
+        ("NaN assert", verdict.nan_assert),
+        ("runtime input check", verdict.runtime_check),
+        ("CUDA error", verdict.cuda_error),
+    ):
+        if signal_text:
+            lines.append(f"{label}: {signal_text}")
+    if verdict.phase:
+        lines.append(f"last phase: {verdict.phase}")
+    if verdict.crash_frame is not None:
+        # Innermost first: a Python custom op's own line, else the test's line that called the package.
+        lines.append(f"Python stack at the crash (innermost frame of your code): {verdict.crash_frame.describe()}")
+    first = verdict.first
+    if verdict.phase == "load" and first is not None and first.outcome is Outcome.CRASHED:
+        lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
+    for run in verdict.stages:
+        lines.append(f"reproduce ({run.label}): {run.reproduce}")
+        lines.append(f"full log ({run.label}): {run.log_path}")
+    if verdict.bundle is not None:
+        lines.append(f"repro bundle: {verdict.bundle} (python repro.py: {_needs(verdict)})")
+    for run in verdict.stages:
+        lines.append("")
+        lines.append(f"--- log of stage {run.label} (trimmed) ---")
+        lines.append(kernel_log.trim(run.log))
+    return "\n".join(lines)
+
+
+def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
+    first = verdict.first
+    properties: list[tuple[str, object]] = [
+        ("aoti_rerun_outcome", first.describe() if first is not None else "not rerun"),
+        ("aoti_verdict", headline(verdict)),
+    ]
+    if verdict.suspect_kernel:
+        properties.append(("aoti_suspect_kernel", verdict.suspect_kernel))
+    if verdict.first_nonfinite is not None:
+        properties.append(("aoti_first_nonfinite_kernel", verdict.first_nonfinite.kernel or "model input"))
+    if first is not None and first.signal_name:
+        properties.append(("aoti_signal", first.signal_name))
+    if first is not None:
+        properties.append(("aoti_reproduce", first.reproduce))
+    if verdict.bundle is not None:
+        properties.append(("aoti_bundle", str(verdict.bundle)))
+    if verdict.sanitizer is not None:
+        properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
+    if verdict.minified is not None and verdict.minified.nodes_after is not None:
+        result = verdict.minified
+        properties.append(("aoti_minified", f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}"))
+    if verdict.numerics is not None:
+        found = verdict.numerics.diverged
+        properties.append(("aoti_first_divergent_kernel", found.kernel if found else "none"))
+    if verdict.reproduction is not None:
+        properties.append(("aoti_reproduced", verdict.reproduction))
+    source = source_line(verdict)
+    if source is not None:
+        properties.append(("aoti_source", source))
+    return properties
+
+
+def _needs(verdict: Verdict) -> str:
+    modules = verdict.custom_ops
+    if not modules:
+        return "needs only torch"
+    roots = sorted({root for _, root in modules})
+    return (
+        "needs importable: "
+        + ", ".join(module for module, _ in modules)
+        + " (the custom ops the graph calls; repro.py imports them from "
+        + ", ".join(roots)
+        + ": elsewhere, put that on PYTHONPATH)"
+    )
+
+
+def verdict_record(verdict: Verdict) -> VerdictSummary:
+    """What a report carries for the terminal summary."""
+    first = verdict.first
+    return VerdictSummary(
+        headline(verdict),
+        reproduce=first.reproduce if first is not None else "",
+        bundle=str(verdict.bundle) if verdict.bundle is not None else "",
+    )
+
+
+def summary_lines(nodeid: str, summary: VerdictSummary) -> list[str]:
+    lines = [f"{nodeid}: {summary.headline}"]
+    if summary.reproduce:
+        lines.append(f"    reproduce: {summary.reproduce}")
+    if summary.bundle:
+        lines.append(f"    repro bundle: {summary.bundle}")
+    return lines
+
+
+def isolation_failure_text(run: ChildRun) -> str:
+    """The longrepr of a test whose isolated child ended without reporting it: how it ended, the phase, the end of
+    its output."""
+    lines = [f"{run.describe()} in an isolated subprocess (pytest-aoti)"]
+    phase = run.phase
+    if phase:
+        lines.append(f"last phase: {phase}")
+    if phase == "load" and run.outcome is Outcome.CRASHED:
+        lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
+    lines.append(f"reproduce: {run.reproduce}")
+    lines.append(f"full log: {run.log_path}")
+    lines.append("--- end of the child's output ---")
+    lines.append("\n".join(run.log.splitlines()[-40:]))
+    return "\n".join(lines)
+
+
+def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
+    """The child's reports as the parent logs them: each with a note on why it ran isolated, completed with a
+    failed report for the phase the child never reported (it crashed, timed out or exited early)."""
+    note = (ISOLATION_TITLE, f"ran in a fresh subprocess: {reason}")
+    reports = list(run.reports)
+    for report in reports:
+        report.sections.append(note)
+        # The parent's id: under ``--dist loadgroup`` it carries ``@group``, which the child's (not a worker) lacks,
+        # and xdist checks that a worker reports the item it runs.
+        report.nodeid = item.nodeid
+    died_in = run.unreported_phase
+    if died_in is None:
+        return reports  # the test was fully reported; whatever ended the child came after it
+    setup = next((report for report in reports if report.when == "setup"), None)
+    # junitxml reads properties from the teardown report, which the child never sent: the device it set up on.
+    device = getattr(setup, "aoti_device", None)
+    properties: list[tuple[str, object]] = [("aoti_device", device)] if isinstance(device, str) else []
+    reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note, properties))
+    if died_in != "teardown":
+        reports.append(_synthetic_report(item, "teardown", "passed", None, note, properties))
+    return reports
+
+
+def _synthetic_report(
+    item: pytest.Item,
+    when: str,
+    outcome: str,
+    longrepr: str | None,
+    note: tuple[str, str],
+    properties: list[tuple[str, object]],
+) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={name: 1 for name in item.keywords},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr=longrepr,
+        when=when,  # type: ignore[arg-type]
+        sections=[note],
+        user_properties=[*item.user_properties, *(properties if when == "teardown" else [])],
+    )
+
+
+def cache_summary(stats: list[dict[str, Any]]) -> str:
+    """One line over the cache statistics of this process and of every xdist worker."""
+    total = {
+        key: sum(s.get(key, 0) for s in stats)
+        for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt")
+    }
+    line = (
+        f"aoti cache: {int(total['hits'])} hits, {int(total['misses'])} misses, "
+        f"{total['compile_seconds']:.1f} s compiling, {total['saved_seconds']:.1f} s saved"
+    )
+    if total["corrupt"]:
+        line += f", {int(total['corrupt'])} corrupt entries recompiled"
+    return line

@@ -1,0 +1,453 @@
+"""Golden outputs: a test's package outputs recorded in a safetensors file and compared on later runs.
+
+Eager and the package move together after a torch upgrade, a driver change, another GPU or a retrained checkpoint, so
+comparing them with each other stays green while the outputs users get drift. A golden file catches that drift.
+
+One file per test, ``__aoti_snapshots__/<test file stem>/<test id>.safetensors`` beside the test file. It holds one
+golden per device class (``cpu``, ``cuda``): each tensor is stored as ``<device class>/<snapshot name><pytree path>``,
+and the metadata records, per device class, the environment it was recorded in. A CPU run never compares with a CUDA
+golden: different kernels, different rounding, and a tolerance loose enough for both would hide real drift on either.
+A missing golden for this device class is recorded (or fails, in CI) like any other missing golden.
+
+Plain Python over torch and safetensors: the pytest glue is in :mod:`pytest_aoti.snapshots.plugin`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.utils._pytree as pytree
+
+from pytest_aoti.core.errors import AOTISnapshotError
+
+FORMAT = "pytest-aoti snapshot 1"
+# The package a golden was recorded with is worth showing, not diffing: a weight edit changes it by design.
+PACKAGE_KEY = "package"
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def device_class(value: Any) -> str:
+    """``cpu`` or ``cuda`` (any other device type by its name): the first tensor's device in ``value``."""
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device.type
+    return "cpu"
+
+
+@functools.cache
+def _compiler() -> str:
+    try:
+        from pytest_aoti.core.torch_private import cpp_compiler
+
+        compiler = cpp_compiler()
+        first = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return first.splitlines()[0].strip() if first else compiler
+    except Exception as error:  # private API or no compiler: say so rather than fail a test over a record
+        return f"unknown ({type(error).__name__})"
+
+
+@functools.cache
+def cpu_description() -> tuple[str, str]:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    # ATen's CPU capability (AVX2, AVX512, …): what Inductor's ISA probe finds, without compiling test programs.
+    isa = torch.backends.cpu.get_cpu_capability()
+    return model, isa
+
+
+def environment(device_type: str, package_key: str | None = None) -> dict[str, str]:
+    """What a golden's values depend on besides the model: torch and its compilers, the CPU, the GPU."""
+    cpu, isa = cpu_description()
+    env = {"torch": torch.__version__, "cpu": cpu, "cpu isa": isa, "compiler": _compiler()}
+    if device_type == "cuda":
+        env["cuda"] = str(torch.version.cuda)
+        index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        env["gpu"] = f"{torch.cuda.get_device_name(index)} (sm_{major}{minor})"
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except ImportError:
+            env["triton"] = "not installed"
+    if package_key:
+        env[PACKAGE_KEY] = package_key
+    return env
+
+
+def environment_diff(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+    """``torch 2.11.0+cu130 → 2.13.0`` for each recorded fact that changed (the package key aside)."""
+    keys = [key for key in {**recorded, **now} if key != PACKAGE_KEY]
+    return [
+        f"{key} {recorded.get(key, '(not recorded)')} → {now.get(key, '(none)')}"
+        for key in keys
+        if recorded.get(key) != now.get(key)
+    ]
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` as ``torch.testing.assert_close`` picks them for ``dtype``; exact for other dtypes."""
+    try:
+        from pytest_aoti.core.torch_private import default_tolerances
+
+        rtol, atol = default_tolerances(dtype)
+        return float(rtol), float(atol)
+    except Exception:  # a dtype assert_close has no default for (float8): exact
+        return 0.0, 0.0
+
+
+def flatten(name: str, value: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every leaf of ``value`` by ``<name><pytree path>``: tensors, and the others as their ``repr``."""
+    tensors: dict[str, torch.Tensor] = {}
+    others: dict[str, str] = {}
+    for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+        key = name + pytree.keystr(path)
+        if isinstance(leaf, torch.Tensor):
+            tensors[key] = leaf
+        else:
+            others[key] = repr(leaf)
+    return tensors, others
+
+
+def _index(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), shape)) if len(shape) else ()
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """How one output differs from its golden, and the smallest tolerances that would pass it."""
+
+    name: str
+    problem: str | None = None  # dtype, shape or structure: no tolerance passes
+    total: int = 0
+    beyond: int = 0
+    unmatched_nonfinite: int = 0  # NaN/Inf where the golden has another value (or the reverse): no tolerance passes
+    max_abs: float = 0.0
+    max_abs_at: tuple[int, ...] = ()
+    got: float = 0.0
+    golden: float = 0.0
+    max_rel: float = 0.0
+    max_rel_at: tuple[int, ...] = ()
+    needed_atol: float = 0.0
+    needed_rtol: float = 0.0
+
+    def lines(self, rtol: float, atol: float) -> list[str]:
+        if self.problem is not None:
+            return [f"{self.name}: {self.problem}"]
+        head = (
+            f"{self.name}: {self.beyond} of {self.total} element(s) beyond tolerance; max abs diff "
+            f"{_fmt(self.max_abs)} at {self.max_abs_at} (got {_fmt(self.got)}, golden {_fmt(self.golden)}); "
+            f"max rel diff {_fmt(self.max_rel)} at {self.max_rel_at}"
+        )
+        if self.unmatched_nonfinite:
+            nonfinite = f"{self.unmatched_nonfinite} NaN/Inf value(s) where the golden differs: no tolerance passes"
+            return [head, f"  {nonfinite}"]
+        needed_rtol = (
+            "no rtol (a golden value is 0)" if math.isinf(self.needed_rtol) else f"rtol >= {_fmt(self.needed_rtol)}"
+        )
+        return [
+            head,
+            f"  passes with atol >= {_fmt(self.needed_atol)} (at rtol {rtol:g}) or {needed_rtol} (at atol {atol:g})",
+        ]
+
+
+def compare(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: float, atol: float) -> OutputDiff | None:
+    """None when ``got`` matches ``golden`` within ``rtol``/``atol`` (NaN matches NaN, an Inf the same Inf)."""
+    if got.dtype != golden.dtype:
+        return OutputDiff(name, problem=f"dtype {golden.dtype} (golden) → {got.dtype}")
+    if got.shape != golden.shape:
+        return OutputDiff(name, problem=f"shape {tuple(golden.shape)} (golden) → {tuple(got.shape)}")
+    if got.dtype == torch.bool or not (got.is_floating_point() or got.is_complex()):
+        actual, expected = got.cpu().to(torch.int64), golden.to(torch.int64)
+    else:
+        actual, expected = got.detach().cpu().to(torch.float64), golden.to(torch.float64)
+    if actual.numel() == 0:
+        return None
+    both_nan = actual.isnan() & expected.isnan()
+    finite = actual.isfinite() & expected.isfinite()
+    same_nonfinite = both_nan | (~finite & (actual == expected))
+    unmatched = ~finite & ~same_nonfinite
+    diff = torch.where(finite, (actual - expected).abs(), torch.zeros((), dtype=actual.dtype)).double()
+    magnitude = expected.abs().double().where(finite, torch.zeros((), dtype=torch.float64))
+    beyond = (diff > atol + rtol * magnitude) | unmatched
+    if not bool(beyond.any()):
+        return None
+    flat_diff, flat_mag = diff.flatten(), magnitude.flatten()
+    at = int(flat_diff.argmax())
+    rel = torch.where(flat_mag > 0, flat_diff / flat_mag.clamp_min(1e-300), torch.zeros((), dtype=torch.float64))
+    over_atol = flat_diff > atol
+    needed_rtol = 0.0
+    if bool(over_atol.any()):
+        needed_rtol = (
+            math.inf
+            if bool((over_atol & (flat_mag == 0)).any())
+            else float(((flat_diff - atol) / flat_mag.clamp_min(1e-300))[over_atol].max())
+        )
+    return OutputDiff(
+        name,
+        total=actual.numel(),
+        beyond=int(beyond.sum()),
+        unmatched_nonfinite=int(unmatched.sum()),
+        max_abs=float(flat_diff[at]),
+        max_abs_at=_index(at, actual.shape),
+        got=float(actual.flatten()[at]),
+        golden=float(expected.flatten()[at]),
+        max_rel=float(rel.max()),
+        max_rel_at=_index(int(rel.argmax()), actual.shape),
+        needed_atol=float((flat_diff - rtol * flat_mag).clamp_min(0).max()),
+        needed_rtol=needed_rtol,
+    )
+
+
+@dataclass
+class GoldenFile:
+    """A test's golden file: its tensors, other leaves and per-device-class environments, as read from disk."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    others: dict[str, str] = field(default_factory=dict)
+    environments: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> GoldenFile:
+        if not path.exists():
+            return cls(path)
+        from safetensors import SafetensorError, safe_open
+        from safetensors.torch import load_file
+
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError, ValueError) as error:
+            raise AOTISnapshotError(f"{path}: not a readable golden file ({error}); delete it to record anew") from None
+        if metadata.get("format") != FORMAT:
+            raise AOTISnapshotError(f"{path}: not a pytest-aoti golden file (format {metadata.get('format')!r})")
+        return cls(path, tensors, json.loads(metadata["others"]), json.loads(metadata["environments"]))
+
+    def entries(self, full_name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        def mine(key: str) -> bool:
+            return key == full_name or key.startswith((full_name + "[", full_name + "."))
+
+        return (
+            {key: value for key, value in self.tensors.items() if mine(key)},
+            {key: value for key, value in self.others.items() if mine(key)},
+        )
+
+    def replace(self, prefix: str, tensors: dict[str, torch.Tensor], others: dict[str, str]) -> None:
+        """Drop every entry under ``prefix`` (a device class's ``cpu/`` or one snapshot's ``cpu/name``) and add
+        these."""
+        old_tensors, old_others = self.entries(prefix) if not prefix.endswith("/") else self._under(prefix)
+        for key in old_tensors:
+            del self.tensors[key]
+        for key in old_others:
+            del self.others[key]
+        self.tensors.update({key: value.detach().cpu().contiguous().clone() for key, value in tensors.items()})
+        self.others.update(others)
+
+    def _under(self, prefix: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        return (
+            {key: value for key, value in self.tensors.items() if key.startswith(prefix)},
+            {key: value for key, value in self.others.items() if key.startswith(prefix)},
+        )
+
+    def write(self) -> None:
+        """Atomically (a partial file never replaces a good one)."""
+        from safetensors.torch import save_file
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        metadata = {
+            "format": FORMAT,
+            "others": json.dumps(self.others, sort_keys=True),
+            "environments": json.dumps(self.environments, sort_keys=True),
+        }
+        handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".safetensors", dir=self.path.parent)
+        os.close(handle)
+        readable_as_umask_allows(partial)
+        try:
+            save_file(self.tensors, partial, metadata=metadata)
+            os.replace(partial, self.path)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+
+
+Outcome = Literal["matched", "written", "updated", "missing"]
+
+
+@dataclass
+class GoldenOutputs:
+    """One test's golden outputs, compared (and recorded) snapshot by snapshot.
+
+    ``missing``: what a snapshot without a golden for this device class does: ``write`` it, ``fail``, or ``skip``
+    (a debug rerun: it must not write into the user's tree). ``update``: rewrite this device class's goldens with
+    what this run produces (the first snapshot of the test drops the class's old entries, so a renamed snapshot
+    leaves nothing stale behind).
+    """
+
+    path: Path
+    missing: Literal["write", "fail", "skip"]
+    update: bool = False
+    update_hint: str = ""
+    outcomes: list[tuple[str, Outcome]] = field(default_factory=list)
+    _file: GoldenFile | None = None
+    _cleared: set[str] = field(default_factory=set)
+    _names: dict[str, int] = field(default_factory=dict)
+
+    def next_name(self, kind: str) -> str:
+        """``snapshot0``, ``snapshot1``, …: the default name of each call of one kind in a test."""
+        number = self._names.get(kind, 0)
+        self._names[kind] = number + 1
+        return f"{kind}{number}"
+
+    def check(
+        self,
+        name: str,
+        value: Any,
+        *,
+        rtol: float | None = None,
+        atol: float | None = None,
+        package_key: str | None = None,
+        user_name: bool = False,
+    ) -> Outcome:
+        __tracebackhide__ = True
+        if user_name and not _NAME.match(name):
+            raise ValueError(f"snapshot name {name!r}: use letters, digits, '_', '.' and '-'")
+        if (rtol is None) != (atol is None):
+            raise ValueError("snapshot rtol and atol: give both or neither")
+        golden = self._read()
+        cls = device_class(value)
+        full = f"{cls}/{name}"
+        tensors, others = flatten(full, value)
+        old_tensors, old_others = golden.entries(full)
+        if not old_tensors and not old_others:
+            outcome = self._record(name, cls, full, tensors, others, package_key, had_golden=False)
+        else:
+            found = self._differences(tensors, others, old_tensors, old_others, rtol, atol)
+            if found and not self.update:
+                raise AOTISnapshotError(self._report(name, cls, found, rtol, atol, package_key))
+            if self.update:  # rewritten even when equal: the first snapshot of the test drops stale entries
+                self._record(name, cls, full, tensors, others, package_key, had_golden=True)
+            outcome = "updated" if found else "matched"
+        self.outcomes.append((name, outcome))
+        return outcome
+
+    def _read(self) -> GoldenFile:
+        if self._file is None:
+            self._file = GoldenFile.read(self.path)
+        return self._file
+
+    def _record(
+        self,
+        name: str,
+        cls: str,
+        full: str,
+        tensors: dict[str, torch.Tensor],
+        others: dict[str, str],
+        package_key: str | None,
+        *,
+        had_golden: bool,
+    ) -> Outcome:
+        __tracebackhide__ = True
+        golden = self._read()
+        if self.missing == "skip" and not had_golden:
+            return "missing"
+        if self.missing == "fail" and not had_golden and not self.update:
+            raise AOTISnapshotError(
+                f"no golden outputs for snapshot {name!r} on {cls} in {self.path}; this run may not record them "
+                "(CI is set, or --aoti-snapshot=fail): record them where CI is not set (or with --aoti-snapshot=write) "
+                "and commit the file"
+            )
+        if self.update and cls not in self._cleared:
+            golden.replace(f"{cls}/", {}, {})
+            self._cleared.add(cls)
+        golden.replace(full, tensors, others)
+        golden.environments[cls] = environment(cls, package_key)
+        golden.write()
+        return "updated" if had_golden else "written"
+
+    @staticmethod
+    def _differences(
+        tensors: dict[str, torch.Tensor],
+        others: dict[str, str],
+        old_tensors: dict[str, torch.Tensor],
+        old_others: dict[str, str],
+        rtol: float | None,
+        atol: float | None,
+    ) -> list[tuple[OutputDiff, float, float]]:
+        found: list[tuple[OutputDiff, float, float]] = []
+        for key in sorted({*old_tensors, *old_others} - {*tensors, *others}):
+            found.append((OutputDiff(key, problem="in the golden, not in this run's outputs"), 0.0, 0.0))
+        for key in sorted({*tensors, *others} - {*old_tensors, *old_others}):
+            found.append((OutputDiff(key, problem="in this run's outputs, not in the golden"), 0.0, 0.0))
+        for key in sorted(set(others) & set(old_others)):
+            if others[key] != old_others[key]:
+                found.append((OutputDiff(key, problem=f"{old_others[key]} (golden) → {others[key]}"), 0.0, 0.0))
+        for key in sorted(set(tensors) & set(old_tensors)):
+            key_rtol, key_atol = (
+                (rtol, atol) if rtol is not None and atol is not None else default_tolerance(old_tensors[key].dtype)
+            )
+            diff = compare(key, tensors[key], old_tensors[key], key_rtol, key_atol)
+            if diff is not None:
+                found.append((diff, key_rtol, key_atol))
+        return found
+
+    def _report(
+        self,
+        name: str,
+        cls: str,
+        found: list[tuple[OutputDiff, float, float]],
+        rtol: float | None,
+        atol: float | None,
+        package_key: str | None,
+    ) -> str:
+        assert self._file is not None
+        recorded = self._file.environments.get(cls, {})
+        now = environment(cls, package_key)
+        tolerance = f"rtol={rtol:g}, atol={atol:g}" if rtol is not None and atol is not None else "dtype defaults"
+        lines = [
+            f"snapshot {name!r} differs from its golden outputs ({cls}, {tolerance}): {len(found)} output(s), "
+            f"golden {self.path}"
+        ]
+        for diff, diff_rtol, diff_atol in found:
+            lines.extend("  " + line for line in diff.lines(diff_rtol, diff_atol))
+        changed = environment_diff(recorded, now)
+        lines.append("environment diff (recorded → now): " + ("; ".join(changed) if changed else "none"))
+        old_key, new_key = recorded.get(PACKAGE_KEY), now.get(PACKAGE_KEY)
+        if old_key and new_key and old_key != new_key:
+            lines.append(
+                f"the package is not the one the golden was recorded with ({old_key[:12]}… → {new_key[:12]}…): the "
+                "model, its weights, its inputs' specs or the compile options changed"
+            )
+        if self.update_hint:
+            lines.append(f"if the new outputs are right: {self.update_hint}")
+        return "\n".join(lines)
+
+
+def readable_as_umask_allows(path: str) -> None:
+    """mkstemp makes files only their owner can read; a golden file (committed) or a package (shipped) is made as
+    ``open`` would make it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
