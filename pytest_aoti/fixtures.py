@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, failure_kind
-from pytest_aoti.settings import DeployRequest, item_settings, settings_key
+from pytest_aoti.settings import item_settings, settings_key
 
 if TYPE_CHECKING:
     import torch
@@ -124,20 +124,25 @@ def _builder(
     device: torch.device,
     package_dir: Path,
     record: list[CompiledModel],
+    item: pytest.Item | None,
+    nodeid: str,
     *,
     allow_nonfinite: bool = False,
     restride_inputs: bool = False,
     allow_out_of_range: bool = False,
-    deploy: DeployRequest | None = None,
+    compares_with_eager: bool = False,
 ) -> Callable[..., CompiledModel]:
     """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
-    input moved to ``device``, the session's cache, and build failures turned into test failures. ``deploy``: the
-    deployment checks each built package gets (``@pytest.mark.aoti_deploy``, ``--aoti-deploy-check``)."""
+    input moved to ``device``, the session's cache, and build failures turned into test failures. The features see
+    each build through pytest-aoti's hooks (:mod:`pytest_aoti.hookspecs`): the keywords they take are handed to them,
+    not to the core; they may wrap the build, and they see the built package and each matched input set."""
     from pytest_aoti.core.compiler import as_module
+    from pytest_aoti.hookspecs import BuildRequest, BuiltPackage, MatchedOutputs
 
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
     cache = session_cache(config)
     observers = _debug_observers(config)
+    feature_keywords = {name for names in config.hook.pytest_aoti_build_options(config=config) for name in names or ()}
 
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
@@ -147,11 +152,23 @@ def _builder(
         options.setdefault("allow_nonfinite", allow_nonfinite)
         options.setdefault("restride_inputs", restride_inputs)
         options.setdefault("allow_out_of_range", allow_out_of_range)
-        from pytest_aoti.benchmark.plugin import device_lock
+        feature_options = {name: options.pop(name) for name in list(options) if name in feature_keywords}
+        module = as_module(model).to(device)
+        request = BuildRequest(
+            item=item,
+            nodeid=nodeid,
+            model=module,
+            args=_moved(args, device),
+            kwargs=_moved(kwargs or {}, device),
+            package_dir=package_dir,
+            feature_options=feature_options,
+        )
+        if compares_with_eager:
+            options["on_matched"] = _matched_outputs_hook(config, request, MatchedOutputs)
 
-        with device_lock(config, exclusive=False):  # under xdist with benchmarks: no compile while one is timed
-            compiled = core(
-                as_module(model).to(device),
+        def build_and_load() -> CompiledModel:
+            return core(
+                module,
                 _moved(args, device),
                 _moved(kwargs, device),
                 package_dir=package_dir,
@@ -159,52 +176,31 @@ def _builder(
                 observers=observers,
                 **options,
             )
+
+        compiled: CompiledModel = config.hook.pytest_aoti_build(config=config, request=request, build=build_and_load)
         record.append(compiled)
-        if deploy is not None and deploy.any:
-            module = as_module(model).to(device)
-            _deploy_checks(compiled, module, deploy, _moved(args, device), _moved(kwargs or {}, device), package_dir)
+        config.hook.pytest_aoti_package_built(config=config, built=BuiltPackage(request=request, compiled=compiled))
         return compiled
 
     return build
 
 
-def _deploy_checks(
-    compiled: CompiledModel,
-    module: torch.nn.Module,
-    deploy: DeployRequest,
-    args: Any,
-    kwargs: dict[str, Any],
-    package_dir: Path,
-) -> None:
-    __tracebackhide__ = True
-    from pytest_aoti.deploy.checks import (
-        check_cuda_graph,
-        check_device_matrix,
-        check_standalone,
-        check_threads,
-        check_weights,
-        probe_dims,
-    )
+def _matched_outputs_hook(config: pytest.Config, request: Any, record: Any) -> Callable[[str, Any, Any], None]:
+    """``check_model``'s ``on_matched``: each input set whose package outputs matched eager, to the features."""
 
-    if deploy.probe_dims:
-        probe_dims(compiled, module, tuple(args), kwargs)
-    if deploy.weights:
-        check_weights(compiled, module, tuple(args), kwargs)
-    if deploy.cuda_graph:
-        check_cuda_graph(compiled, module, tuple(args), kwargs)
-    if deploy.threads:
-        check_threads(
-            compiled, tuple(args), kwargs, threads=deploy.threads, calls=deploy.calls, num_runners=deploy.num_runners
+    def matched(label: str, outputs: Any, compiled: CompiledModel) -> None:
+        __tracebackhide__ = True
+        config.hook.pytest_aoti_matched_outputs(
+            config=config, matched=record(request=request, compiled=compiled, label=label, outputs=outputs)
         )
-    if deploy.device_matrix:
-        check_device_matrix(compiled, tuple(args), kwargs, _fresh_dir(package_dir, "device-matrix"))
-    if deploy.standalone:
-        check_standalone(compiled, tuple(args), kwargs, _fresh_dir(package_dir, "standalone"))
+
+    return matched
 
 
-def _fresh_dir(parent: Path, prefix: str) -> Path:
-    """``parent/prefix-N`` for the next N: one per package a test checks."""
-    return parent / f"{prefix}-{len(list(parent.glob(f'{prefix}-*')))}"
+@pytest.hookimpl(trylast=True)
+def pytest_aoti_build(config: pytest.Config, request: Any, build: Callable[[], CompiledModel]) -> CompiledModel:
+    """The build itself; features that must surround it wrap this hook."""
+    return build()
 
 
 @dataclass(frozen=True)
@@ -248,7 +244,12 @@ def _debug_observers(config: pytest.Config) -> CallObservers:
 
 
 def _per_test_builder(
-    core: Callable[..., CompiledModel], request: pytest.FixtureRequest, device: torch.device, tmp_path: Path
+    core: Callable[..., CompiledModel],
+    request: pytest.FixtureRequest,
+    device: torch.device,
+    tmp_path: Path,
+    *,
+    compares_with_eager: bool = False,
 ) -> Generator[Callable[..., CompiledModel], None, None]:
     """A builder for one test: packages in its tmp dir, its ``aoti`` marker's settings; the packages it loaded are
     released when the test ends (their extraction dirs go with them)."""
@@ -261,10 +262,12 @@ def _per_test_builder(
         device,
         tmp_path / "aoti-packages",
         record,
+        request.node,
+        request.node.nodeid,
         allow_nonfinite=resolved.allow_nonfinite,
         restride_inputs=resolved.restride_inputs,
         allow_out_of_range=resolved.allow_out_of_range,
-        deploy=resolved.deploy,
+        compares_with_eager=compares_with_eager,
     )
     for compiled in record:
         compiled.release()
@@ -290,29 +293,9 @@ def aoti_check(
     compile as ``aoti_compile`` does, then compare package and eager on the example inputs and every extra input
     set; with ``snapshot=True`` also hold the package's outputs against golden outputs recorded earlier
     (``snapshot_rtol``/``snapshot_atol``: that comparison's tolerances, default by dtype)."""
-    from pytest_aoti.core.compiler import check_flag, check_model
+    from pytest_aoti.core.compiler import check_model
 
-    def check(
-        model: Any,
-        args: Any,
-        kwargs: dict[str, Any] | None = None,
-        *,
-        snapshot: bool = False,
-        snapshot_rtol: float | None = None,
-        snapshot_atol: float | None = None,
-        **options: Any,
-    ) -> CompiledModel:
-        __tracebackhide__ = True
-        if check_flag(snapshot, "snapshot"):
-            from pytest_aoti.core.compiler import tolerance_value
-            from pytest_aoti.snapshots.plugin import golden_hook
-
-            rtol = tolerance_value(snapshot_rtol, "snapshot_rtol")
-            atol = tolerance_value(snapshot_atol, "snapshot_atol")
-            options["golden"] = golden_hook(request.node, rtol, atol)
-        return check_model(model, args, kwargs, **options)
-
-    yield from _per_test_builder(check, request, aoti_device, tmp_path)
+    yield from _per_test_builder(check_model, request, aoti_device, tmp_path, compares_with_eager=True)
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +308,8 @@ def aoti_compile_shared(
 
     _seed()
     record: list[CompiledModel] = []
-    yield _builder(compile_model, request.config, aoti_device, tmp_path_factory.mktemp("aoti-packages"), record)
+    package_dir = tmp_path_factory.mktemp("aoti-packages")
+    yield _builder(compile_model, request.config, aoti_device, package_dir, record, None, request.node.nodeid)
     for compiled in record:
         compiled.release()
 

@@ -147,9 +147,9 @@ def aoti_benchmark(
         allowed = tolerance_value(tolerance, "aoti_benchmark tolerance")
         allowed = settings.benchmark_tolerance if allowed is None else allowed
         run_time = tolerance_value(min_run_time, "aoti_benchmark min_run_time") or settings.benchmark_min_time
-        compiled = _builder(compile_model, request.config, aoti_device, tmp_path / "aoti-packages", [])(
-            model, args, kwargs, **options
-        )
+        compiled = _builder(
+            compile_model, request.config, aoti_device, tmp_path / "aoti-packages", [], item, item.nodeid
+        )(model, args, kwargs, **options)
         module = as_module(model).to(aoti_device).eval()
         run_args, run_kwargs = _moved(tuple(args), aoti_device), _moved(kwargs or {}, aoti_device)
         key = package_key(compiled)

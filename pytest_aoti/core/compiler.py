@@ -646,15 +646,15 @@ def check_model(
     more_inputs: Iterable[Any] = (),
     rtol: float | None = None,
     atol: float | None = None,
-    golden: Callable[[str, Any, CompiledModel], None] | None = None,
+    on_matched: Callable[[str, Any, CompiledModel], None] | None = None,
     **compile_options: Any,
 ) -> CompiledModel:
     """Compile ``model`` (``compile_options`` are :func:`compile_model`'s) and compare the package with eager on the
     example inputs and on each of ``more_inputs`` (each a tuple of args, or an ``(args, kwargs)`` pair given as a dict
     ``{"args": ..., "kwargs": ...}``).
 
-    ``golden`` is then given the package's outputs of each input set that matched eager (``example``,
-    ``more_inputs[0]``, …), to hold them against outputs recorded earlier (:mod:`pytest_aoti.snapshots.golden`)."""
+    ``on_matched`` is then given the package's outputs of each input set that matched eager (``example``,
+    ``more_inputs[0]``, …): the fixtures hand them to the features (golden outputs)."""
     __tracebackhide__ = True  # a failure shows the test's line and the message, not this function's body
     rtol, atol = tolerance_value(rtol, "rtol"), tolerance_value(atol, "atol")
     if (rtol is None) != (atol is None):
@@ -672,8 +672,8 @@ def check_model(
         )
         if accepted is not None:
             compiled.accepted_by_float64.append(f"{label}: {accepted}")
-        if golden is not None:
-            golden("example" if number == 0 else f"more_inputs[{number - 1}]", actual, compiled)
+        if on_matched is not None:
+            on_matched("example" if number == 0 else f"more_inputs[{number - 1}]", actual, compiled)
     return compiled
 
 
