@@ -66,7 +66,9 @@ def _candidates(low: int, high: int) -> list[int]:
     return list(dict.fromkeys(v for v in values if low <= v <= high))
 
 
-def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int, max_elements: int) -> tuple[int, int]:
+def root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int, max_elements: int) -> tuple[int, int]:
+    """``symbol``'s smallest and largest value: its range (a dim without a max: min + ``unbounded_span``), capped
+    where a tensor holding it would exceed ``max_elements``."""
     low, high = spec.ranges.get(symbol, (0, None))
     low = max(low, 0)
     high = low + unbounded_span if high is None else high
@@ -82,7 +84,7 @@ def _root_bounds(spec: ProgramSpec, symbol: sympy.Symbol, unbounded_span: int, m
     return low, high
 
 
-def _consistent(spec: ProgramSpec, values: dict[sympy.Symbol, int], max_elements: int) -> bool:
+def consistent_dims(spec: ProgramSpec, values: dict[sympy.Symbol, int], max_elements: int) -> bool:
     """Every dim expression (derived ones too) evaluates inside its own range, and no tensor is over the cap."""
     for tensor in spec.inputs:
         if not isinstance(tensor, TensorSpec):
@@ -130,19 +132,20 @@ def input_shapes(
     )
     per_symbol = []
     for symbol in symbols:
-        low, high = _root_bounds(spec, symbol, unbounded_span, max_elements)
+        low, high = root_bounds(spec, symbol, unbounded_span, max_elements)
         per_symbol.append(st.one_of(st.integers(low, high), st.sampled_from(_candidates(low, high))))
 
     def shapes_for(values: tuple[int, ...]) -> tuple[tuple[int, ...] | None, ...]:
         bound = dict(zip(symbols, values, strict=True))
-        if not _consistent(spec, bound, max_elements):
+        if not consistent_dims(spec, bound, max_elements):
             reject()
-        return tuple(_shape(tensor, bound) for tensor in spec.inputs)
+        return tuple(bound_shape(tensor, bound) for tensor in spec.inputs)
 
     return st.tuples(*per_symbol).map(shapes_for)
 
 
-def _shape(tensor: TensorSpec | ScalarSpec, bound: dict[sympy.Symbol, int]) -> tuple[int, ...] | None:
+def bound_shape(tensor: TensorSpec | ScalarSpec, bound: dict[sympy.Symbol, int]) -> tuple[int, ...] | None:
+    """``tensor``'s shape with its dims' symbols bound to values; None for a scalar input."""
     if not isinstance(tensor, TensorSpec):
         return None
     return tuple(d if isinstance(d, int) else int(d.subs(bound)) for d in tensor.shape)

@@ -432,9 +432,9 @@ def probe_dims(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwar
     from pytest_aoti.core.strategies import (
         DEFAULT_MAX_ELEMENTS,
         DEFAULT_UNBOUNDED_SPAN,
-        _consistent,
-        _root_bounds,
-        _shape,
+        bound_shape,
+        consistent_dims,
+        root_bounds,
     )
 
     spec = compiled.spec
@@ -444,17 +444,17 @@ def probe_dims(compiled: Any, module: torch.nn.Module, args: Sequence[Any], kwar
     verdicts: list[str] = []
     failed = False
     for symbol in sorted(example_bound, key=str):
-        low, high = _root_bounds(spec, symbol, DEFAULT_UNBOUNDED_SPAN, DEFAULT_MAX_ELEMENTS)
+        low, high = root_bounds(spec, symbol, DEFAULT_UNBOUNDED_SPAN, DEFAULT_MAX_ELEMENTS)
         sizes = [size for size in dict.fromkeys((low, high, 1, 2)) if low <= size <= high]
         problems: list[str] = []
         tried: list[int] = []
         for size in sizes:
             bound = {**example_bound, symbol: size}
-            if not _consistent(spec, bound, DEFAULT_MAX_ELEMENTS):
+            if not consistent_dims(spec, bound, DEFAULT_MAX_ELEMENTS):
                 continue
             tried.append(size)
             probe = [
-                _resized(value, _shape(tensor, bound) or ()) if isinstance(tensor, TensorSpec) else value
+                _resized(value, bound_shape(tensor, bound) or ()) if isinstance(tensor, TensorSpec) else value
                 for tensor, value in zip(spec.inputs, flat, strict=True)
             ]
             call_args, call_kwargs = pytree.tree_unflatten(probe, in_spec)
