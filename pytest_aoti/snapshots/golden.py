@@ -14,13 +14,10 @@ Plain Python over torch and safetensors: the pytest glue is in :mod:`pytest_aoti
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import platform
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +26,11 @@ from typing import Any, Literal
 import torch
 import torch.utils._pytree as pytree
 
+from pytest_aoti.core.environment import PACKAGE_KEY, environment, environment_diff
+from pytest_aoti.core.environment import cpu_description as cpu_description  # benchmark.timing's, until it moves
 from pytest_aoti.core.errors import AOTISnapshotError
 
 FORMAT = "pytest-aoti snapshot 1"
-# The package a golden was recorded with is worth showing, not diffing: a weight edit changes it by design.
-PACKAGE_KEY = "package"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -43,63 +40,6 @@ def device_class(value: Any) -> str:
         if isinstance(leaf, torch.Tensor):
             return leaf.device.type
     return "cpu"
-
-
-@functools.cache
-def _compiler() -> str:
-    try:
-        from pytest_aoti.core.torch_private import cpp_compiler
-
-        compiler = cpp_compiler()
-        first = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-        return first.splitlines()[0].strip() if first else compiler
-    except Exception as error:  # private API or no compiler: say so rather than fail a test over a record
-        return f"unknown ({type(error).__name__})"
-
-
-@functools.cache
-def cpu_description() -> tuple[str, str]:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    # ATen's CPU capability (AVX2, AVX512, …): what Inductor's ISA probe finds, without compiling test programs.
-    isa = torch.backends.cpu.get_cpu_capability()
-    return model, isa
-
-
-def environment(device_type: str, package_key: str | None = None) -> dict[str, str]:
-    """What a golden's values depend on besides the model: torch and its compilers, the CPU, the GPU."""
-    cpu, isa = cpu_description()
-    env = {"torch": torch.__version__, "cpu": cpu, "cpu isa": isa, "compiler": _compiler()}
-    if device_type == "cuda":
-        env["cuda"] = str(torch.version.cuda)
-        index = torch.cuda.current_device()
-        major, minor = torch.cuda.get_device_capability(index)
-        env["gpu"] = f"{torch.cuda.get_device_name(index)} (sm_{major}{minor})"
-        try:
-            import triton
-
-            env["triton"] = triton.__version__
-        except ImportError:
-            env["triton"] = "not installed"
-    if package_key:
-        env[PACKAGE_KEY] = package_key
-    return env
-
-
-def environment_diff(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
-    """``torch 2.11.0+cu130 → 2.13.0`` for each recorded fact that changed (the package key aside)."""
-    keys = [key for key in {**recorded, **now} if key != PACKAGE_KEY]
-    return [
-        f"{key} {recorded.get(key, '(not recorded)')} → {now.get(key, '(none)')}"
-        for key in keys
-        if recorded.get(key) != now.get(key)
-    ]
 
 
 def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -218,79 +158,6 @@ def compare(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: float, ato
         needed_atol=float((flat_diff - rtol * flat_mag).clamp_min(0).max()),
         needed_rtol=needed_rtol,
     )
-
-
-@dataclass
-class GoldenFile:
-    """A test's golden file: its tensors, other leaves and per-device-class environments, as read from disk."""
-
-    path: Path
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    others: dict[str, str] = field(default_factory=dict)
-    environments: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, path: Path) -> GoldenFile:
-        if not path.exists():
-            return cls(path)
-        from safetensors import SafetensorError, safe_open
-        from safetensors.torch import load_file
-
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                metadata = handle.metadata() or {}
-            tensors = load_file(str(path))
-        except (SafetensorError, OSError, ValueError) as error:
-            raise AOTISnapshotError(f"{path}: not a readable golden file ({error}); delete it to record anew") from None
-        if metadata.get("format") != FORMAT:
-            raise AOTISnapshotError(f"{path}: not a pytest-aoti golden file (format {metadata.get('format')!r})")
-        return cls(path, tensors, json.loads(metadata["others"]), json.loads(metadata["environments"]))
-
-    def entries(self, full_name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        def mine(key: str) -> bool:
-            return key == full_name or key.startswith((full_name + "[", full_name + "."))
-
-        return (
-            {key: value for key, value in self.tensors.items() if mine(key)},
-            {key: value for key, value in self.others.items() if mine(key)},
-        )
-
-    def replace(self, prefix: str, tensors: dict[str, torch.Tensor], others: dict[str, str]) -> None:
-        """Drop every entry under ``prefix`` (a device class's ``cpu/`` or one snapshot's ``cpu/name``) and add
-        these."""
-        old_tensors, old_others = self.entries(prefix) if not prefix.endswith("/") else self._under(prefix)
-        for key in old_tensors:
-            del self.tensors[key]
-        for key in old_others:
-            del self.others[key]
-        self.tensors.update({key: value.detach().cpu().contiguous().clone() for key, value in tensors.items()})
-        self.others.update(others)
-
-    def _under(self, prefix: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        return (
-            {key: value for key, value in self.tensors.items() if key.startswith(prefix)},
-            {key: value for key, value in self.others.items() if key.startswith(prefix)},
-        )
-
-    def write(self) -> None:
-        """Atomically (a partial file never replaces a good one)."""
-        from safetensors.torch import save_file
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        metadata = {
-            "format": FORMAT,
-            "others": json.dumps(self.others, sort_keys=True),
-            "environments": json.dumps(self.environments, sort_keys=True),
-        }
-        handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".safetensors", dir=self.path.parent)
-        os.close(handle)
-        readable_as_umask_allows(partial)
-        try:
-            save_file(self.tensors, partial, metadata=metadata)
-            os.replace(partial, self.path)
-        finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
 
 
 Outcome = Literal["matched", "written", "updated", "missing"]
@@ -443,11 +310,3 @@ class GoldenOutputs:
         if self.update_hint:
             lines.append(f"if the new outputs are right: {self.update_hint}")
         return "\n".join(lines)
-
-
-def readable_as_umask_allows(path: str) -> None:
-    """mkstemp makes files only their owner can read; a golden file (committed) or a package (shipped) is made as
-    ``open`` would make it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
