@@ -36,15 +36,14 @@ MINIFY_DESC = (
     "(or make NaN/Inf, or fail), each candidate judged in its own process"
 )
 MINIFY_BUDGET_DESC = "seconds stage minify may search before keeping the smallest failing graph found (default 300)"
-MINIFY_MAX_CANDIDATES_DESC = (
-    "candidate graphs stage minify judges at most before keeping the smallest failing one found (default: no cap, "
-    "the budget alone ends the search); a cap that does not depend on the machine's speed"
-)
 DEFAULT_FLAKY_RERUNS = 2
+# Each extra run is a child (~3 s on a CPU, more on a GPU) for every failure that does not reproduce: past a handful,
+# more runs say little more about flakiness and can hold a failing suite for an hour.
+MAX_FLAKY_RERUNS = 10
 FLAKY_RERUNS_DESC = (
     "when a debug rerun's first stage does not reproduce the failure, run it up to this many more times (with the "
     "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
-    f"(default {DEFAULT_FLAKY_RERUNS}; 0: no extra runs)"
+    f"(default {DEFAULT_FLAKY_RERUNS}, at most {MAX_FLAKY_RERUNS}; 0: no extra runs)"
 )
 SNAPSHOT_DESC = (
     "what a snapshot without golden outputs does: auto (record them, or fail when the CI environment variable is "
@@ -103,7 +102,6 @@ class Settings:
     sanitizer: bool
     minify: bool
     minify_budget: float
-    minify_max_candidates: int | None
     flaky_reruns: int
     cache_dir: Path
     use_cache: bool
@@ -136,20 +134,22 @@ class DebugRequest:
     sanitizer_on_cuda_error: bool = False
     minify: bool = False  # --aoti-minify: add stage minify whatever the stages
     minify_budget: float = DEFAULT_MINIFY_BUDGET
-    minify_max_candidates: int | None = None
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
 
-    def option(name: str, help: str, *, flag: bool = False, ini_type: Any = "string", default: Any = None) -> None:
+    def option(
+        name: str, help: str, *, flag: bool = False, ini_type: Any = "string", default: Any = None, ini: bool = True
+    ) -> None:
         dest = "aoti_" + name.replace("-", "_")
         if flag:
             group.addoption(f"--aoti-{name}", action="store_true", default=None, dest=dest, help=help)
         else:
             group.addoption(f"--aoti-{name}", default=None, dest=dest, metavar=name.split("-")[-1].upper(), help=help)
-        parser.addini(dest, help, type=ini_type, default=default)
+        if ini:
+            parser.addini(dest, help, type=ini_type, default=default)
 
     option("device", DEVICE_DESC, default="auto")
     option("debug", DEBUG_DESC, flag=True, ini_type="bool", default=False)
@@ -157,12 +157,12 @@ def add_options(parser: pytest.Parser) -> None:
     option("sanitizer", SANITIZER_DESC, flag=True, ini_type="bool", default=False)
     option("minify", MINIFY_DESC, flag=True, ini_type="bool", default=False)
     option("minify-budget", MINIFY_BUDGET_DESC, default=str(DEFAULT_MINIFY_BUDGET))
-    option("minify-max-candidates", MINIFY_MAX_CANDIDATES_DESC, default="")
     option("rerun-timeout", TIMEOUT_DESC, default=str(DEFAULT_RERUN_TIMEOUT))
     option("flaky-reruns", FLAKY_RERUNS_DESC, default=str(DEFAULT_FLAKY_RERUNS))
     option("cache-dir", CACHE_DIR_DESC, default="")
     option("no-cache", NO_CACHE_DESC, flag=True, ini_type="bool", default=False)
-    option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini_type="bool", default=False)
+    # An action, not a setting: an ini twin would empty the cache on every run.
+    option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini=False)
     option("cache-max-mb", CACHE_MAX_MB_DESC, default=str(DEFAULT_CACHE_MAX_MB))
     option("snapshot", SNAPSHOT_DESC, default="auto")
     option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
@@ -200,11 +200,14 @@ def _positive_number(raw: Any, source: str, *, what: str, integer: bool = False,
     return value
 
 
-def _count(raw: Any, source: str, *, what: str) -> int:
-    """A whole number >= 0 (``raw`` from the command line or the ini file)."""
+def _count(raw: Any, source: str, *, what: str, at_most: int) -> int:
+    """A whole number from 0 to ``at_most`` (``raw`` from the command line or the ini file)."""
     text = str(raw).strip()
-    if not text.isdigit():
+    if not text.isascii() or not text.isdigit():
         raise pytest.UsageError(f"{source}: expected {what} (a whole number >= 0), got {raw!r}")
+    # Compared as text first: int() refuses digit strings past 4300 characters.
+    if len(text.lstrip("0")) > len(str(at_most)) or int(text) > at_most:
+        raise pytest.UsageError(f"{source}: expected {what} of at most {at_most}, got {raw!r}")
     return int(text)
 
 
@@ -216,7 +219,6 @@ def resolve(config: pytest.Config) -> Settings:
     timeout_raw, timeout_source = _value(config, "rerun-timeout")
     cap_raw, cap_source = _value(config, "cache-max-mb")
     budget_raw, budget_source = _value(config, "minify-budget")
-    candidates_raw, candidates_source = _value(config, "minify-max-candidates")
     flaky_raw, flaky_source = _value(config, "flaky-reruns")
     cache_dir_raw, _ = _value(config, "cache-dir")
     if cache_dir_raw:
@@ -236,15 +238,10 @@ def resolve(config: pytest.Config) -> Settings:
         sanitizer=bool(_value(config, "sanitizer")[0]),
         minify=bool(_value(config, "minify")[0]),
         minify_budget=_positive_number(budget_raw, budget_source, what="seconds", at_most=MAX_MINIFY_BUDGET),
-        minify_max_candidates=(
-            int(_positive_number(candidates_raw, candidates_source, what="a number of candidates", integer=True))
-            if str(candidates_raw).strip()
-            else None
-        ),
-        flaky_reruns=_count(flaky_raw, flaky_source, what="a number of extra runs"),
+        flaky_reruns=_count(flaky_raw, flaky_source, what="a number of extra runs", at_most=MAX_FLAKY_RERUNS),
         cache_dir=cache_dir,
         use_cache=not _value(config, "no-cache")[0],
-        cache_clear=bool(_value(config, "cache-clear")[0]),
+        cache_clear=bool(config.getoption("aoti_cache_clear")),
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
         snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
         snapshot_update=bool(_value(config, "snapshot-update")[0]),
@@ -520,8 +517,26 @@ def _debug_request(item: pytest.Item, settings: Settings) -> DebugRequest:
         sanitizer_on_cuda_error=settings.sanitizer,
         minify=settings.minify,
         minify_budget=settings.minify_budget,
-        minify_max_candidates=settings.minify_max_candidates,
         flaky_reruns=settings.flaky_reruns,
+    )
+
+
+# Why a test that wants a debug rerun (marked aoti_ima) runs in a fresh subprocess from the start in a session that
+# runs tests in-process: it is expected to crash its process (an illegal memory access), which must not end the run.
+DEBUG_ISOLATION_REASON = "debug reruns are on and this session runs tests in-process: a crash must end only this test"
+
+
+def debug_isolation_notice(items: Sequence[pytest.Item]) -> str | None:
+    """The line after ``collected N items`` when tests run in fresh subprocesses from the start because they want a
+    debug rerun: unlike their rerun, this changes what the rest of the session sees (their side effects stay in
+    their process), so the run says so."""
+    count = sum(1 for item in items if item_settings(item).isolate_reason == DEBUG_ISOLATION_REASON)
+    if not count:
+        return None
+    return (
+        f"aoti: tests that want a debug rerun (marked aoti_ima, or under --aoti-debug; {count} here) run in fresh "
+        "subprocesses from the start, so that a crash fails only that test; what they change in a process (module "
+        "globals, caches, fixtures' state) does not reach the other tests"
     )
 
 
@@ -543,7 +558,7 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
     elif settings.isolate and uses_aoti(item):
         isolate_reason = "--aoti-isolate"
     elif debug is not None and settings.crash_guard is CrashGuard.ISOLATE:
-        isolate_reason = "debug reruns are on and this session runs tests in-process: a crash must end only this test"
+        isolate_reason = DEBUG_ISOLATION_REASON
     if isolate_reason is not None and settings.no_children_reason is not None:
         # Under a debugger, a test marked to run elsewhere is refused (as --aoti-isolate with --pdb is); with plugin
         # objects a child cannot load, it runs here (the header says why).
@@ -558,12 +573,20 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
     return ItemSettings(
         debug=debug,
         isolate_reason=isolate_reason,
-        isolate_timeout=isolate_timeout if isolate_timeout is not None else settings.rerun_timeout,
+        isolate_timeout=_isolate_timeout(isolate_timeout, debug, settings),
         allow_nonfinite=_flag(aoti_args.get("allow_nonfinite", False), where, "allow_nonfinite"),
         restride_inputs=_flag(aoti_args.get("restride_inputs", False), where, "restride_inputs"),
         allow_out_of_range=_flag(aoti_args.get("allow_out_of_range", False), where, "allow_out_of_range"),
         deploy=deploy,
     )
+
+
+def _isolate_timeout(marked: float | None, debug: DebugRequest | None, settings: Settings) -> float:
+    """What bounds the test's run in a fresh subprocess: ``aoti_isolate(timeout=)``, else the debug request's timeout
+    (``aoti_ima(timeout=)`` bounds every child of its test, the first run too), else ``--aoti-rerun-timeout``."""
+    if marked is not None:
+        return marked
+    return debug.timeout if debug is not None else settings.rerun_timeout
 
 
 def _count_argument(value: Any, where: str, name: str, *, least: int) -> int:

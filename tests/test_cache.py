@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
 from pytest_aoti.core.compiler import compile_model  # noqa: E402
+from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV  # noqa: E402
 
 
 class Small(torch.nn.Module):
@@ -297,7 +298,11 @@ def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester,
 
 
 def test_a_nan_debug_run_names_its_kernel_and_minifies(
-    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, watched_tmpdir: Path
+    pytester: pytest.Pytester,
+    run_pytest: RunPytest,
+    tmp_path: Path,
+    watched_tmpdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Both debug stages of a NaN made inside a compiled kernel, each printing its own cache line, and the graph
     minified to the node that makes the NaN. (Debug packages loaded again from the cache: the reruns of
@@ -313,7 +318,8 @@ def test_a_nan_debug_run_names_its_kernel_and_minifies(
             aoti_compile(LogModel(), (torch.rand(4, 3) + 0.5,))(-torch.ones(4, 3))
         """
     )
-    result = run_pytest("-rA", "--aoti-minify", "--aoti-minify-max-candidates=1")
+    monkeypatch.setenv(MAX_CANDIDATES_ENV, "1")  # a search bounded by a count, not by the machine's speed
+    result = run_pytest("-rA", "--aoti-minify")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     assert "verdict: failed: pytest_aoti.core.errors.AOTIInvariantError: output 0: nonfinite invariant violated" in text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV
 from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args, report_log_failures
 
 CRASH_TESTS = """
@@ -46,7 +47,7 @@ KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
 
 
 def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
-    pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path
+    pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A test that crashes its xdist worker gets the two-stage debug rerun, and JUnit and pytest-reportlog hold every
     test once: the crashed one as a failure carrying its aoti_* properties. A test that ends its worker with
@@ -60,14 +61,14 @@ def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     )
     (pytester.path / "suite" / "aoti_models.py").write_text(MODELS_SOURCE)
     (pytester.path / "sub").mkdir()
+    # Bounded by a count of candidates, not by seconds a busy machine may not have.
+    monkeypatch.setenv(MAX_CANDIDATES_ENV, "1")
     result = run_pytest(
         "../suite",
         "-n",
         "2",
         "--aoti-debug",
         "--aoti-minify",
-        # Bounded by a count of candidates, not by seconds a busy machine may not have.
-        "--aoti-minify-max-candidates=1",
         "-p",
         "no:logging",
         "--junitxml=../report.xml",

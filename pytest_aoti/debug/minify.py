@@ -38,6 +38,9 @@ from pytest_aoti.core.processes import die_with_parent, signal_group
 from pytest_aoti.core.protocol import MINIFY_RESULT, MinifyResult
 
 DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
+# A cap on the candidates judged, for pytest-aoti's own tests: a search bounded by a count, not by seconds a busy
+# machine may not have. Not a user option (the budget is): an environment variable the stage's process inherits.
+MAX_CANDIDATES_ENV = "PYTEST_AOTI_MINIFY_MAX_CANDIDATES"
 
 _EXIT_NONFINITE = 10
 _EXIT_RUN_ERROR = 11
@@ -443,7 +446,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bundle", type=Path, nargs="?")
     parser.add_argument("--want", choices=("crash", "nonfinite", "error"), default="crash")
     parser.add_argument("--budget", type=float, default=DEFAULT_MINIFY_BUDGET, help="seconds (default 300)")
-    parser.add_argument("--max-candidates", type=int, default=None, help="candidates judged at most (default: no cap)")
+    parser.add_argument(
+        "--max-candidates",
+        type=int,
+        default=None,
+        help=f"candidates judged at most (default: ${MAX_CANDIDATES_ENV}, else no cap)",
+    )
     parser.add_argument("--judge", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--values", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--judge-server", action="store_true", help=argparse.SUPPRESS)
@@ -460,8 +468,18 @@ def main(argv: list[str] | None = None) -> int:
         save_values(options.bundle, options.values)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    print(minify(options.bundle, options.want, options.budget, options.max_candidates).to_json())
+    max_candidates = options.max_candidates if options.max_candidates is not None else _env_max_candidates(parser)
+    print(minify(options.bundle, options.want, options.budget, max_candidates).to_json())
     return 0
+
+
+def _env_max_candidates(parser: argparse.ArgumentParser) -> int | None:
+    raw = os.environ.get(MAX_CANDIDATES_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        parser.error(f"{MAX_CANDIDATES_ENV}: expected a whole number >= 1, got {raw!r}")
+    return int(raw)
 
 
 if __name__ == "__main__":

@@ -345,8 +345,7 @@ def debug_rerun(
         sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
     )
     if Stage.MINIFY in plan.stages and not pipeline.stopped:
-        budget, cap = request.minify_budget, request.minify_max_candidates
-        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=budget, max_candidates=cap, mismatch=plan.mismatch)
+        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
     pipeline.verdict.seconds = time.monotonic() - started
     pipeline.attach_bundle(config.invocation_params.dir, log)
     return pipeline.verdict
@@ -430,9 +429,7 @@ def _minify_target(verdict: Verdict) -> str:
     return "error"
 
 
-def _minify(
-    verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, max_candidates: int | None, mismatch: bool
-) -> None:
+def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mismatch: bool) -> None:
     """Stage minify: ``python -m pytest_aoti.debug.minify`` over the bundle, in its own process (it starts one per
     candidate); the result lands in ``bundle/minified``."""
     if mismatch:
@@ -454,8 +451,6 @@ def _minify(
         "--budget",
         f"{budget:g}",
     ]
-    if max_candidates is not None:
-        command += ["--max-candidates", str(max_candidates)]
     tmpdir = private_tmpdir(workdir)  # what the candidates' loads leave (a judge stopped at the budget) goes with it
     try:
         # The search itself stops at the budget; the margin covers its start-up and the last candidate's judge.

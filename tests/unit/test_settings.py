@@ -76,8 +76,12 @@ def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, mar
         (["--aoti-debug", "--pdb"], "", "cannot be combined with --pdb"),
         (["--aoti-isolate", "--trace"], "", "cannot be combined with --trace"),
         (["--aoti-minify-budget=1e308"], "", "--aoti-minify-budget: expected seconds of at most 604800, got '1e308'"),
-        (["--aoti-minify-max-candidates=2.5"], "", "--aoti-minify-max-candidates: expected a number of candidates"),
-        ([], "aoti_minify_max_candidates = 0", "ini option aoti_minify_max_candidates: expected a number of"),
+        (["--aoti-flaky-reruns=-1"], "", "--aoti-flaky-reruns: expected a number of extra runs (a whole number >= 0)"),
+        (["--aoti-flaky-reruns=1000"], "", "--aoti-flaky-reruns: expected a number of extra runs of at most 10, got"),
+        (["--aoti-flaky-reruns=99999999999999999999"], "", "--aoti-flaky-reruns: expected * of at most 10, got '9999*"),
+        ([], "aoti_flaky_reruns = 11", "ini option aoti_flaky_reruns: expected a number of extra runs of at most 10"),
+        # A test-only knob is no option (the suite's tests set PYTEST_AOTI_MINIFY_MAX_CANDIDATES instead).
+        (["--aoti-minify-max-candidates=1"], "", "*unrecognized arguments: --aoti-minify-max-candidates=1"),
     ],
 )
 def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], ini: str, message: str) -> None:
@@ -120,7 +124,8 @@ def test_precedence_ini_then_command_line_then_marker(pytester: pytest.Pytester)
         ("k0",),
         ("tensors",),
     )
-    assert (marked.isolate_reason, marked.isolate_timeout, marked.allow_nonfinite) == ("marked aoti_isolate", 60, True)
+    # aoti_ima(timeout=) bounds the isolated run too, when aoti_isolate gives no timeout of its own.
+    assert (marked.isolate_reason, marked.isolate_timeout, marked.allow_nonfinite) == ("marked aoti_isolate", 7, True)
     assert marked.allow_out_of_range and not uses_fixture.allow_out_of_range
     assert uses_fixture.debug is not None and uses_fixture.debug.timeout == 60  # the command line beats the ini
     assert uses_fixture.isolate_reason is None and not uses_fixture.allow_nonfinite
@@ -209,3 +214,49 @@ def test_where_debug_reruns_survive_a_crash(pytester: pytest.Pytester, args: lis
         assert config.option.numprocesses == 1 and config.option.dist == "load"
     else:
         assert guard is CrashGuard.ISOLATE
+
+
+def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pytester) -> None:
+    """In a session that runs tests in-process, a test marked aoti_ima runs isolated from the start: the marker's
+    timeout bounds that run, as it bounds the debug stages (tests/test_options.py runs one that hangs)."""
+    from pytest_aoti.settings import DEBUG_ISOLATION_REASON
+
+    # Collected in a configured session, not under --collect-only (where no test runs, so none is isolated).
+    module = pytester.getmodulecol(
+        """
+        import pytest
+
+        @pytest.mark.aoti_ima(timeout=5)
+        def test_bounded():
+            pass
+
+        @pytest.mark.aoti_ima
+        def test_default():
+            pass
+
+        @pytest.mark.aoti_ima(timeout=5)
+        @pytest.mark.aoti_isolate(timeout=9)
+        def test_isolate_timeout_wins():
+            pass
+        """,
+        configargs=["-p", "no:cacheprovider", "--aoti-rerun-timeout=60"],
+        withinit=False,
+    )
+    items = pytester.genitems([module])
+    bounded, default, both = (item_settings(item) for item in items)
+    assert (bounded.isolate_reason, bounded.isolate_timeout) == (DEBUG_ISOLATION_REASON, 5)
+    assert (default.isolate_reason, default.isolate_timeout) == (DEBUG_ISOLATION_REASON, 60)
+    assert (both.isolate_reason, both.isolate_timeout) == ("marked aoti_isolate", 9)
+
+
+def test_cache_clear_is_an_action_without_an_ini_twin(pytester: pytest.Pytester) -> None:
+    """An ini twin of --aoti-cache-clear would empty the cache on every run: pytest calls it unknown instead."""
+    from pytest_aoti.settings import settings_key
+
+    pytester.makeini("[pytest]\naoti_cache_clear = true\n")
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    assert not pytester.parseconfigure("-p", "no:cacheprovider").stash[settings_key].cache_clear
+    assert pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-cache-clear").stash[settings_key].cache_clear
+    strict = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-config")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    strict.stderr.fnmatch_lines(["*Unknown config option: aoti_cache_clear*"])
