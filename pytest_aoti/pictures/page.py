@@ -1,0 +1,155 @@
+"""The session's aoti findings as one self-contained HTML page (``--aoti-html``): no script, no network, images as
+data URIs. Also the HTML of one test's findings that pytest-html shows in the test's row.
+
+Pure rendering over :class:`Findings`: the analysis (what each test found) is done before.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_aoti.pictures.data import BenchmarkTimes, FigureData, GoldenErrors
+from pytest_aoti.pictures.render import Picture
+
+VERDICTS, GOLDENS, BENCHMARKS = "Verdicts", "Goldens", "Benchmarks"
+# The properties a feature writes, by the section of the page they belong in (the rest are the verdict's).
+_SECTION_PREFIXES = {
+    GOLDENS: ("aoti_snapshot",),
+    BENCHMARKS: ("aoti_latency", "aoti_vs_baseline", "aoti_speedup", "aoti_load", "aoti_memory"),
+}
+# Machine-readable records already shown as pictures and tables.
+HIDDEN_PROPERTIES = ("aoti_figure_data", "aoti_benchmark")
+# Shown above the table, not in it.
+VERDICT_PROPERTY, REPRODUCE_PROPERTY = "aoti_verdict", "aoti_reproduce"
+
+
+@dataclass
+class Findings:
+    """What one test left for the page: its outcome, the one line of its failure, its ``aoti_*`` properties and
+    its pictures (each tagged with the section it belongs in)."""
+
+    nodeid: str
+    outcome: str = "passed"
+    failure: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    pictures: list[tuple[str, Picture]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # figure data that could not be read
+
+    def in_section(self, section: str) -> tuple[dict[str, str], list[Picture]]:
+        properties = {name: value for name, value in self.properties.items() if section_of(name) == section}
+        return properties, [picture for where, picture in self.pictures if where == section]
+
+
+def section_of(name_or_record: str | FigureData) -> str:
+    """The page section a property name or a record belongs in."""
+    if isinstance(name_or_record, GoldenErrors):
+        return GOLDENS
+    if isinstance(name_or_record, BenchmarkTimes):
+        return BENCHMARKS
+    if not isinstance(name_or_record, str):
+        return VERDICTS
+    for section, prefixes in _SECTION_PREFIXES.items():
+        if name_or_record.startswith(prefixes):
+            return section
+    return VERDICTS
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 70em; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+.test { border: 1px solid #ddd; border-radius: 6px; padding: .8em 1em; margin: 1em 0; }
+.nodeid { font-family: monospace; font-weight: bold; }
+.outcome { display: inline-block; padding: 0 .5em; border-radius: 4px; color: white; margin-right: .5em; }
+.failed, .error { background: #c0392b; } .passed { background: #27ae60; } .skipped { background: #7f8c8d; }
+pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wrap; }
+table { border-collapse: collapse; margin: .5em 0; font-size: .9em; }
+td, th { border: 1px solid #ddd; padding: .2em .6em; text-align: left; vertical-align: top; }
+figure { margin: 1em 0; } figcaption { font-size: .9em; color: #444; }
+img { max-width: 100%; } .note { color: #8a6d3b; background: #fcf8e3; padding: .3em .6em; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _table(rows: Sequence[Sequence[str]], header: bool = True) -> str:
+    if not rows:
+        return ""
+    head = f"<tr>{''.join(f'<th>{_e(cell)}</th>' for cell in rows[0])}</tr>" if header else ""
+    body = "".join(f"<tr>{''.join(f'<td>{_e(cell)}</td>' for cell in row)}</tr>" for row in rows[1 if header else 0 :])
+    return f"<table>{head}{body}</table>"
+
+
+def picture_html(picture: Picture, *, with_image: bool = True) -> str:
+    """A picture as a figure: the image (or why there is none), the caption, the numbers."""
+    parts = [f"<figure><figcaption><b>{_e(picture.title)}</b></figcaption>"]
+    if picture.png is not None and with_image:
+        data = base64.b64encode(picture.png).decode()
+        parts.append(f'<img src="data:image/png;base64,{data}" alt="{_e(picture.title)}">')
+    if picture.note:
+        parts.append(f'<p class="note">{_e(picture.note)}</p>')
+    parts.append(f"<figcaption>{_e(picture.caption)}</figcaption>")
+    if len(picture.table) > 1:
+        parts.append(f"<details><summary>the numbers</summary>{_table(picture.table)}</details>")
+    parts.append("</figure>")
+    return "".join(parts)
+
+
+def findings_html(test: Findings, section: str | None = None, *, with_images: bool = True) -> str:
+    """One test's findings (in one section of the page, or all of them): the verdict with its reproduce line, the
+    other properties as a table, the pictures."""
+    if section is None:
+        properties, pictures = dict(test.properties), [picture for _, picture in test.pictures]
+    else:
+        properties, pictures = test.in_section(section)
+    parts = []
+    verdict = properties.pop(VERDICT_PROPERTY, None)
+    reproduce = properties.pop(REPRODUCE_PROPERTY, None)
+    if verdict:
+        parts.append(f"<p><b>verdict:</b> {_e(verdict)}</p>")
+    if reproduce:
+        parts.append(f"<p>reproduce:</p><pre>{_e(reproduce)}</pre>")
+    if properties:
+        parts.append(_table([(name, value) for name, value in properties.items()], header=False))
+    parts += [picture_html(picture, with_image=with_images) for picture in pictures]
+    parts += [f'<p class="note">{_e(note)}</p>' for note in test.notes if section in (None, VERDICTS)]
+    return "".join(parts)
+
+
+def _card(test: Findings, section: str) -> str:
+    failure = f"<pre>{_e(test.failure)}</pre>" if test.failure and section == VERDICTS else ""
+    return (
+        f'<div class="test"><span class="outcome {_e(test.outcome)}">{_e(test.outcome)}</span>'
+        f'<span class="nodeid">{_e(test.nodeid)}</span>{failure}{findings_html(test, section)}</div>'
+    )
+
+
+def _has(test: Findings, section: str) -> bool:
+    properties, pictures = test.in_section(section)
+    if section == VERDICTS:
+        return bool(properties or pictures or test.notes or test.outcome in ("failed", "error"))
+    return bool(properties or pictures)
+
+
+def page_html(tests: Iterable[Findings], cache_summary: str | None, title: str = "pytest-aoti findings") -> str:
+    """The whole page."""
+    tests = list(tests)
+    sections = []
+    for section in (VERDICTS, GOLDENS, BENCHMARKS):
+        cards = [_card(test, section) for test in tests if _has(test, section)]
+        body = "".join(cards) or "<p>none in this session</p>"
+        sections.append(f'<h2 id="{section.lower()}">{section}</h2>{body}')
+    counts: dict[str, int] = {}
+    for test in tests:
+        counts[test.outcome] = counts.get(test.outcome, 0) + 1
+    summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no aoti findings"
+    cache = f'<h2 id="cache">Cache</h2><p>{_e(cache_summary)}</p>' if cache_summary else ""
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+        f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1><p>tests with aoti findings: {_e(summary)}</p>"
+        f"{''.join(sections)}{cache}</body></html>\n"
+    )

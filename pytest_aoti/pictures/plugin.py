@@ -1,0 +1,170 @@
+"""The pictures feature: ``--aoti-html=PATH`` (one self-contained page of the session's aoti findings) and, when
+pytest-html writes a report, the same findings in each test's row through pytest-html's ``extras``.
+
+Only the session the user started collects (an xdist controller sees every worker's reports; a debug child's
+reports reach its parent as the test's own). Records arrive on reports as the ``aoti_figure_data`` user property
+(:mod:`pytest_aoti.pictures.data`); each is drawn once, when its report is logged, and both outputs use that
+drawing. Importing this module imports neither torch nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.core.protocol import CHILD_ENV
+from pytest_aoti.pictures.data import FigureDataError, decode, figure_properties
+from pytest_aoti.pictures.page import (
+    HIDDEN_PROPERTIES,
+    VERDICT_PROPERTY,
+    Findings,
+    findings_html,
+    page_html,
+    section_of,
+)
+from pytest_aoti.pictures.render import Picture, draw
+
+HTML_DESC = (
+    "write the session's aoti findings (verdicts with reproduce lines and pictures, goldens, benchmarks, the cache "
+    "summary) to one self-contained HTML page at this path"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
+    group.addoption("--aoti-html", dest="aoti_html", metavar="PATH", default=None, help=HTML_DESC)
+    parser.addini("aoti_html", HTML_DESC, default="")
+
+
+def html_target(config: pytest.Config) -> Path | None:
+    """Where ``--aoti-html`` (relative to the invocation dir) or the ini's ``aoti_html`` (relative to the ini file)
+    puts the page; a usage error when that is a directory."""
+    cli = config.getoption("aoti_html")
+    if cli is not None:
+        if not str(cli).strip():
+            raise pytest.UsageError("--aoti-html: expected the path of the HTML file to write, got ''")
+        where, path = "--aoti-html", config.invocation_params.dir / str(cli)
+    else:
+        ini = str(config.getini("aoti_html") or "").strip()
+        if not ini:
+            return None
+        base = config.inipath.parent if config.inipath is not None else config.rootpath
+        where, path = "ini option aoti_html", base / ini
+    if path.is_dir():
+        raise pytest.UsageError(f"{where}: {path} is a directory; give the path of the HTML file to write")
+    return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    target = html_target(config)
+    if os.environ.get(CHILD_ENV) or hasattr(config, "workerinput"):
+        return  # the session the user started draws; children and workers only carry the records on reports
+    with_pytest_html = bool(config.getoption("htmlpath", None)) and config.pluginmanager.hasplugin("html")
+    if target is not None or with_pytest_html:
+        config.pluginmanager.register(FindingsCollector(config, target, with_pytest_html), "aoti-pictures")
+
+
+def _failure_line(report: pytest.TestReport) -> str | None:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if message:
+        return str(message)
+    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else None
+
+
+def _outcome(report: pytest.TestReport, before: str) -> str:
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    if report.skipped and before == "passed":
+        return "skipped"
+    return before
+
+
+@dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
+class FindingsCollector:
+    """The session's findings, one :class:`Findings` per test, drawn as their reports are logged."""
+
+    config: pytest.Config
+    target: Path | None
+    with_pytest_html: bool
+    tests: dict[str, Findings] = field(default_factory=dict)
+    seen: dict[str, set[str]] = field(default_factory=dict)  # per test: figure data and verdicts already taken
+    written: str | None = None  # the terminal line about the page
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        test = self.tests.setdefault(report.nodeid, Findings(report.nodeid))
+        seen = self.seen.setdefault(report.nodeid, set())
+        test.outcome = _outcome(report, test.outcome)
+        if report.failed and test.failure is None:
+            test.failure = _failure_line(report)
+        new = Findings(report.nodeid)
+        for name, value in report.user_properties:
+            if name.startswith("aoti_") and name not in HIDDEN_PROPERTIES and test.properties.get(name) != str(value):
+                test.properties[name] = new.properties[name] = str(value)
+        for text in figure_properties(report.user_properties):
+            if text not in seen:
+                seen.add(text)
+                self._draw(text, test, new)
+        if self.with_pytest_html and (new.pictures or new.properties.get(VERDICT_PROPERTY) or new.notes):
+            _add_extras(report, new)
+
+    @staticmethod
+    def _draw(text: str, *tests: Findings) -> None:
+        try:
+            records = decode(text)
+        except FigureDataError as error:
+            for test in tests:
+                test.notes.append(f"figure data that could not be read: {error}")
+            return
+        for record in records:
+            picture = draw(record)
+            for test in tests:
+                test.pictures.append((section_of(record), picture))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.target is None:
+            return
+        shown = [test for test in self.tests.values() if test.properties or test.pictures or test.notes]
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.target.write_text(page_html(shown, _cache_line(self.config)), encoding="utf-8")
+        except OSError as error:
+            self.written = f"aoti html: could not write {self.target}: {error.strerror or error}"
+            return
+        pictures = sum(len(test.pictures) for test in shown)
+        self.written = f"aoti html: {self.target} ({len(shown)} tests, {pictures} pictures)"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.written:
+            terminalreporter.write_line(self.written)
+
+
+def _add_extras(report: pytest.TestReport, new: Findings) -> None:
+    """pytest-html's extras for what this report brought: the verdict and the numbers as HTML, each picture as an
+    image (pytest-html embeds or links it as its own ``--self-contained-html`` says)."""
+    from pytest_html import extras
+
+    added: list[dict[str, Any]] = [extras.html(findings_html(new, with_images=False))]
+    added += [extras.png(_base64(picture), name=picture.title) for _, picture in new.pictures if picture.png]
+    report.extras = [*getattr(report, "extras", []), *added]  # type: ignore[attr-defined]
+
+
+def _base64(picture: Picture) -> str:
+    import base64
+
+    assert picture.png is not None
+    return base64.b64encode(picture.png).decode()
+
+
+def _cache_line(config: pytest.Config) -> str | None:
+    """The cache summary the terminal shows, over this process's and every xdist worker's statistics."""
+    from pytest_aoti.debug.reporting import cache_summary
+    from pytest_aoti.fixtures import cache_stats
+
+    stats = cache_stats(config)
+    return cache_summary(stats) if stats else None
