@@ -13,14 +13,16 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import fixtures
+from pytest_aoti import cache_plugin, fixtures
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.benchmark import plugin as benchmark_plugin
 from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
+from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
-from pytest_aoti.snapshots import plugin as snapshot_plugin
 from pytest_aoti.verify import plugin as verify_plugin
+
+# Feature plugins with options of their own: registered with this module, before pytest parses the command line.
+pytest_plugins = ["pytest_aoti.pictures.plugin", "pytest_aoti.benchmark.plugin", "pytest_aoti.snapshots.plugin"]
 
 one_worker_key = pytest.StashKey[bool]()
 
@@ -56,9 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
             _one_supervised_worker(config)
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
-    config.pluginmanager.register(snapshot_plugin, "aoti-snapshots")
+    config.pluginmanager.register(cache_plugin, "aoti-cache")
     config.pluginmanager.register(verify_plugin, "aoti-verify")
-    config.pluginmanager.register(benchmark_plugin, "aoti-benchmarks")
     if in_child:
         from pytest_aoti.debug.child_session import ChildSession
 
@@ -69,10 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from pytest_aoti.debug.parent import ParentSession, XdistController
 
-    tracker = snapshot_plugin.SnapshotTracker(config)
-    config.pluginmanager.register(tracker, "aoti-snapshot-tracker")
-    config.pluginmanager.register(benchmark_plugin.BenchmarkTracker(config), "aoti-benchmark-tracker")
-    config.pluginmanager.register(ParentSession(config, settings, tracker), "aoti-parent-session")
+    config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
     is_xdist_worker = hasattr(config, "workerinput")
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
@@ -129,6 +127,7 @@ def _device_header(config: pytest.Config, setting: str) -> str:
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[settings_key]
     cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
+    cache += remote_cache_header(settings.remote_cache, settings.remote_cache_off)
     header = (
         f"aoti: device={_device_header(config, settings.device)}, debug={'on' if settings.debug else 'off'}, "
         f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"

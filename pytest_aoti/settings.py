@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import inspect
 import math
 import os
@@ -18,6 +19,7 @@ import pytest
 
 from pytest_aoti.core.cache import default_cache_dir
 from pytest_aoti.core.protocol import Stage
+from pytest_aoti.core.remote_cache import RemoteSettings
 from pytest_aoti.debug.minify import DEFAULT_MINIFY_BUDGET
 
 DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
@@ -45,34 +47,27 @@ FLAKY_RERUNS_DESC = (
     "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
     f"(default {DEFAULT_FLAKY_RERUNS}, at most {MAX_FLAKY_RERUNS}; 0: no extra runs)"
 )
-SNAPSHOT_DESC = (
-    "what a snapshot without golden outputs does: auto (record them, or fail when the CI environment variable is "
-    "set), write (record them) or fail (default auto)"
-)
-SNAPSHOT_UPDATE_DESC = (
-    "rewrite the golden outputs of every snapshot that runs (aoti_snapshot, aoti_check(snapshot=True))"
-)
 VERIFY_DESC = (
     "collect .pt2 packages given as arguments (or found in given directories) as tests: each is loaded here and "
     "checked against its bundled inputs and golden outputs (built with aoti_compile(..., bundle_io=True))"
 )
-BENCHMARK_DESC = "run tests that use aoti_benchmark (skipped otherwise) and compare them with their stored baselines"
-BENCHMARK_UPDATE_DESC = "record the baselines of the benchmarks that run (for this machine)"
-BENCHMARK_TOLERANCE_DESC = (
-    "how much slower than its baseline a benchmark may be, as a fraction, before the significance test is asked "
-    "(default 0.1: a tenth)"
-)
-BENCHMARK_JSON_DESC = "write every benchmark's figures and comparison to this JSON file (for dashboards)"
-BENCHMARK_CLOCK_DESC = (
-    "what a benchmark times: wall (CUDA-synchronized wall time, default) or cpu (the process's CPU time: steadier "
-    "on a machine busy with other work, blind to sleeping, I/O and GPU time; CPU packages only)"
-)
-BENCHMARK_MIN_TIME_DESC = "seconds each side (package, eager) of a benchmark is timed for at least (default 1)"
 DEPLOY_CHECK_DESC = (
     "check that every package the aoti fixtures build runs stand-alone: in a fresh interpreter, from an empty "
     "directory, with an empty Inductor cache and without the tests' directories on sys.path"
 )
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
+CACHE_URL_ENV = "PYTEST_AOTI_CACHE_URL"
+CACHE_SECRET_ENV = "PYTEST_AOTI_CACHE_SECRET"
+CACHE_URL_DESC = (
+    "a remote package cache behind the local one, shared by CI runners: redis://[:password@]host:port/db (or "
+    f"rediss://, unix://); also ${CACHE_URL_ENV}, which keeps a password off the command line. Entries are signed "
+    f"with ${CACHE_SECRET_ENV} (HMAC-SHA256)"
+)
+CACHE_READONLY_DESC = "read the remote package cache but never write to it (untrusted pull-request builds)"
+CACHE_UNSIGNED_DESC = (
+    f"use the remote package cache without ${CACHE_SECRET_ENV}: entries are neither signed nor verified beyond "
+    "their checksum, so anyone who can write to the server can run code on this machine"
+)
 
 DEFAULT_RERUN_TIMEOUT = 900.0
 # A week: past it a budget is no budget, and time arithmetic on it overflows (1e308 s).
@@ -107,16 +102,10 @@ class Settings:
     use_cache: bool
     cache_clear: bool
     cache_max_bytes: int
-    snapshot_missing: str = "write"  # "write" or "fail": what a snapshot without golden outputs does
-    snapshot_update: bool = False
+    remote_cache: RemoteSettings | None = None
+    remote_cache_off: str | None = None  # why a remote cache the user named is not used (the header says it)
     verify: bool = False
     deploy_check: bool = False
-    benchmark: bool = False
-    benchmark_update: bool = False
-    benchmark_tolerance: float = 0.1
-    benchmark_json: Path | None = None
-    benchmark_min_time: float = 1.0
-    benchmark_clock: str = "wall"
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -164,16 +153,11 @@ def add_options(parser: pytest.Parser) -> None:
     # An action, not a setting: an ini twin would empty the cache on every run.
     option("cache-clear", CACHE_CLEAR_DESC, flag=True, ini=False)
     option("cache-max-mb", CACHE_MAX_MB_DESC, default=str(DEFAULT_CACHE_MAX_MB))
-    option("snapshot", SNAPSHOT_DESC, default="auto")
-    option("snapshot-update", SNAPSHOT_UPDATE_DESC, flag=True, ini_type="bool", default=False)
+    option("cache-url", CACHE_URL_DESC, default="")
+    option("cache-readonly", CACHE_READONLY_DESC, flag=True, ini_type="bool", default=False)
+    option("cache-unsigned", CACHE_UNSIGNED_DESC, flag=True, ini_type="bool", default=False)
     option("verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
     option("deploy-check", DEPLOY_CHECK_DESC, flag=True, ini_type="bool", default=False)
-    option("benchmark", BENCHMARK_DESC, flag=True, ini_type="bool", default=False)
-    option("benchmark-update", BENCHMARK_UPDATE_DESC, flag=True, ini_type="bool", default=False)
-    option("benchmark-tolerance", BENCHMARK_TOLERANCE_DESC, default="0.1")
-    option("benchmark-json", BENCHMARK_JSON_DESC, default="")
-    option("benchmark-min-time", BENCHMARK_MIN_TIME_DESC, default="1")
-    option("benchmark-clock", BENCHMARK_CLOCK_DESC, default="wall")
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -243,16 +227,9 @@ def resolve(config: pytest.Config) -> Settings:
         use_cache=not _value(config, "no-cache")[0],
         cache_clear=bool(config.getoption("aoti_cache_clear")),
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
-        snapshot_missing=_snapshot_missing(*_value(config, "snapshot")),
-        snapshot_update=bool(_value(config, "snapshot-update")[0]),
+        **_remote_cache(config),
         verify=bool(_value(config, "verify")[0]),
         deploy_check=bool(_value(config, "deploy-check")[0]),
-        benchmark=bool(_value(config, "benchmark")[0]) or bool(_value(config, "benchmark-update")[0]),
-        benchmark_update=bool(_value(config, "benchmark-update")[0]),
-        benchmark_tolerance=_fraction(*_value(config, "benchmark-tolerance")),
-        benchmark_json=_path_option(config, "benchmark-json"),
-        benchmark_min_time=_positive_number(*_value(config, "benchmark-min-time"), what="seconds", at_most=3600),
-        benchmark_clock=_choice(*_value(config, "benchmark-clock"), ("wall", "cpu")),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:
@@ -262,45 +239,32 @@ def resolve(config: pytest.Config) -> Settings:
     return settings
 
 
-def _fraction(raw: Any, source: str) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise pytest.UsageError(f"{source}: expected a fraction >= 0 (0.1 = 10 %), got {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise pytest.UsageError(f"{source}: expected a fraction >= 0 (0.1 = 10 %), got {raw!r}")
-    return value
+def _remote_cache(config: pytest.Config) -> dict[str, Any]:
+    """The remote cache's settings (``remote_cache``), or why the one named is not used (``remote_cache_off``).
+    Precedence: ini < ``$PYTEST_AOTI_CACHE_URL`` < ``--aoti-cache-url``. The secret comes from the environment only,
+    and no message here shows it or the URL's password."""
+    from pytest_aoti.core.remote_cache import RemoteSettings, redact
 
-
-def _path_option(config: pytest.Config, name: str) -> Path | None:
-    """A path from the command line is relative to where pytest started, from the ini file to the rootdir."""
-    raw, _ = _value(config, name)
-    if not str(raw).strip():
-        return None
-    path = Path(str(raw)).expanduser()
-    if path.is_absolute():
-        return path
-    from_cli = config.getoption("aoti_" + name.replace("-", "_")) is not None
-    return (config.invocation_params.dir if from_cli else config.rootpath) / path
-
-
-def _in_ci() -> bool:
-    """The ``CI`` environment variable as CI services set it (``true``, ``1``); ``false``/``0``/empty: not CI."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _choice(raw: Any, source: str, choices: tuple[str, ...]) -> str:
-    value = str(raw).strip().lower()
-    if value not in choices:
-        raise pytest.UsageError(f"{source}: expected {', '.join(choices[:-1])} or {choices[-1]}, got {raw!r}")
-    return value
-
-
-def _snapshot_missing(raw: Any, source: str) -> str:
-    value = _choice(raw, source, ("auto", "write", "fail"))
-    if value == "auto":
-        return "fail" if _in_ci() else "write"
-    return value
+    url, source = _value(config, "cache-url")
+    if config.getoption("aoti_cache_url") is None and os.environ.get(CACHE_URL_ENV, "").strip():
+        url, source = os.environ[CACHE_URL_ENV], f"${CACHE_URL_ENV}"
+    url = str(url).strip()
+    if not url or _value(config, "no-cache")[0]:
+        return {}
+    if not re.match(r"^(rediss?|unix)://", url):
+        raise pytest.UsageError(f"{source}: expected redis://[:password@]host:port/db, got {redact(url)!r}")
+    if importlib.util.find_spec("redis") is None:
+        raise pytest.UsageError(
+            f"{source}: the remote cache needs the redis client: pip install 'pytest-aoti[remote-cache]'"
+        )
+    secret = os.environ.get(CACHE_SECRET_ENV, "")
+    if not secret and not _value(config, "cache-unsigned")[0]:
+        return {
+            "remote_cache_off": f"{redact(url)} not used: ${CACHE_SECRET_ENV} is not set (set it to sign and verify "
+            "entries, or pass --aoti-cache-unsigned)"
+        }
+    remote = RemoteSettings(url, secret.encode() or None, readonly=bool(_value(config, "cache-readonly")[0]))
+    return {"remote_cache": remote}
 
 
 def _debugger_option(config: pytest.Config) -> str | None:

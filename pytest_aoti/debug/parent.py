@@ -37,7 +37,6 @@ from pytest_aoti.debug.reporting import (
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
-from pytest_aoti.snapshots.plugin import SnapshotTracker
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
@@ -111,10 +110,9 @@ def attach_debug(
 
 
 class ParentSession:
-    def __init__(self, config: pytest.Config, settings: Settings, snapshots: SnapshotTracker) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.snapshots = snapshots
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
         if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
@@ -147,7 +145,7 @@ class ParentSession:
         ).wait()
         if not capture:
             # -s: the test's output, as it would have reached the terminal in this process.
-            self.config.get_terminal_writer().write(run.log)
+            self.config.get_terminal_writer().write(run.test_output)
         for record in run.warnings:
             replay_warning(self.config, record)
         properties: list[tuple[str, object]] = []
@@ -286,11 +284,10 @@ class ParentSession:
                         "subprocesses"
                     )
         stats = cache_stats(config)
-        snapshots = self.snapshots.summary_lines()
-        if not verdicts and not poisoned and not stats and not snapshots:
+        if not verdicts and not poisoned and not stats:
             return
         terminalreporter.write_sep("=", "aoti")
-        for line in [*verdicts, *poisoned, *snapshots]:
+        for line in [*verdicts, *poisoned]:
             terminalreporter.write_line(line)
         if stats:
             terminalreporter.write_line(cache_summary(stats))

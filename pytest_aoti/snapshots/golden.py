@@ -14,11 +14,9 @@ Plain Python over torch and safetensors: the pytest glue is in :mod:`pytest_aoti
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,9 +27,12 @@ import torch.utils._pytree as pytree
 from pytest_aoti.core.environment import PACKAGE_KEY, environment, environment_diff
 from pytest_aoti.core.environment import cpu_description as cpu_description  # benchmark.timing's, until it moves
 from pytest_aoti.core.errors import AOTISnapshotError
+from pytest_aoti.snapshots.files import readable_as_umask_allows as readable_as_umask_allows  # verify's, until it moves
+from pytest_aoti.snapshots.golden_file import GoldenFile, safetensors_stores
 
-FORMAT = "pytest-aoti snapshot 1"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# Leaves other than tensors are stored by repr: only those whose repr is the value itself (no memory address).
+_PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
 def device_class(value: Any) -> str:
@@ -53,12 +54,34 @@ def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
         return 0.0, 0.0
 
 
+def _unstorable(leaf: Any) -> str | None:
+    """Why ``leaf`` cannot be part of a golden, or None."""
+    if isinstance(leaf, torch.Tensor):
+        if leaf.layout != torch.strided:
+            return f"a tensor of layout {leaf.layout} (store leaf.to_dense())"
+        if leaf.is_quantized or leaf.device.type == "meta" or not safetensors_stores(leaf.dtype):
+            kind = "meta" if leaf.device.type == "meta" else str(leaf.dtype)
+            return f"a {kind} tensor, which a safetensors golden file cannot hold"
+        return None
+    if isinstance(leaf, _PLAIN_LEAVES):
+        return None
+    hint = " (a generator or iterator: pass list(...) of it)" if isinstance(leaf, Iterator) else ""
+    return (
+        f"a {type(leaf).__qualname__}{hint}; a snapshot holds tensors and plain values (numbers, strings, None, "
+        "dtypes, devices) in tuples, lists, dicts and other pytree containers"
+    )
+
+
 def flatten(name: str, value: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Every leaf of ``value`` by ``<name><pytree path>``: tensors, and the others as their ``repr``."""
+    """Every leaf of ``value`` by ``<name><pytree path>``: tensors, and the others as their ``repr``. A leaf that
+    cannot be stored and read back as itself is a TypeError naming it."""
     tensors: dict[str, torch.Tensor] = {}
     others: dict[str, str] = {}
     for path, leaf in pytree.tree_flatten_with_path(value)[0]:
         key = name + pytree.keystr(path)
+        problem = _unstorable(leaf)
+        if problem is not None:
+            raise TypeError(f"snapshot {key.split('/', 1)[-1]!r}: {problem}")
         if isinstance(leaf, torch.Tensor):
             tensors[key] = leaf
         else:
@@ -70,8 +93,8 @@ def _index(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), shape)) if len(shape) else ()
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.4g}"
+def _fmt(value: float | complex) -> str:
+    return f"({value.real:.4g}{value.imag:+.4g}j)" if isinstance(value, complex) else f"{value:.4g}"
 
 
 @dataclass(frozen=True)
@@ -85,8 +108,8 @@ class OutputDiff:
     unmatched_nonfinite: int = 0  # NaN/Inf where the golden has another value (or the reverse): no tolerance passes
     max_abs: float = 0.0
     max_abs_at: tuple[int, ...] = ()
-    got: float = 0.0
-    golden: float = 0.0
+    got: float | complex = 0.0
+    golden: float | complex = 0.0
     max_rel: float = 0.0
     max_rel_at: tuple[int, ...] = ()
     needed_atol: float = 0.0
@@ -118,17 +141,17 @@ def compare(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: float, ato
         return OutputDiff(name, problem=f"dtype {golden.dtype} (golden) → {got.dtype}")
     if got.shape != golden.shape:
         return OutputDiff(name, problem=f"shape {tuple(golden.shape)} (golden) → {tuple(got.shape)}")
-    if got.dtype == torch.bool or not (got.is_floating_point() or got.is_complex()):
+    if got.is_complex():  # compared as complex numbers: |got - golden| and |golden|, both parts counted
+        actual, expected = got.detach().cpu().to(torch.complex128), golden.to(torch.complex128)
+    elif got.dtype == torch.bool or not got.is_floating_point():
         actual, expected = got.cpu().to(torch.int64), golden.to(torch.int64)
     else:
         actual, expected = got.detach().cpu().to(torch.float64), golden.to(torch.float64)
     if actual.numel() == 0:
         return None
-    both_nan = actual.isnan() & expected.isnan()
     finite = actual.isfinite() & expected.isfinite()
-    same_nonfinite = both_nan | (~finite & (actual == expected))
-    unmatched = ~finite & ~same_nonfinite
-    diff = torch.where(finite, (actual - expected).abs(), torch.zeros((), dtype=actual.dtype)).double()
+    unmatched = ~finite & ~_same_nonfinite(actual, expected)
+    diff = torch.where(finite, (actual - expected).abs(), torch.zeros((), dtype=actual.dtype)).abs().double()
     magnitude = expected.abs().double().where(finite, torch.zeros((), dtype=torch.float64))
     beyond = (diff > atol + rtol * magnitude) | unmatched
     if not bool(beyond.any()):
@@ -151,13 +174,20 @@ def compare(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: float, ato
         unmatched_nonfinite=int(unmatched.sum()),
         max_abs=float(flat_diff[at]),
         max_abs_at=_index(at, actual.shape),
-        got=float(actual.flatten()[at]),
-        golden=float(expected.flatten()[at]),
+        got=actual.flatten()[at].item(),
+        golden=expected.flatten()[at].item(),
         max_rel=float(rel.max()),
         max_rel_at=_index(int(rel.argmax()), actual.shape),
         needed_atol=float((flat_diff - rtol * flat_mag).clamp_min(0).max()),
         needed_rtol=needed_rtol,
     )
+
+
+def _same_nonfinite(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Where both are the same value, NaN counted equal to NaN (for complex values, part by part)."""
+    parts = (torch.view_as_real(actual), torch.view_as_real(expected)) if actual.is_complex() else (actual, expected)
+    same = (parts[0] == parts[1]) | (parts[0].isnan() & parts[1].isnan())
+    return same.all(dim=-1) if actual.is_complex() else same
 
 
 Outcome = Literal["matched", "written", "updated", "missing"]
@@ -181,12 +211,28 @@ class GoldenOutputs:
     _file: GoldenFile | None = None
     _cleared: set[str] = field(default_factory=set)
     _names: dict[str, int] = field(default_factory=dict)
+    _taken: set[str] = field(default_factory=set)
 
     def next_name(self, kind: str) -> str:
-        """``snapshot0``, ``snapshot1``, …: the default name of each call of one kind in a test."""
-        number = self._names.get(kind, 0)
-        self._names[kind] = number + 1
-        return f"{kind}{number}"
+        """``snapshot0``, ``snapshot1``, …: the default name of each call of one kind in a test (one the test gave
+        a snapshot of its own is passed over)."""
+        while True:
+            number = self._names.get(kind, 0)
+            self._names[kind] = number + 1
+            if f"{kind}{number}" not in self._taken:
+                return f"{kind}{number}"
+
+    def _take(self, name: Any, user_name: bool) -> None:
+        """Refuse a name that is not one, or that this test used already (the second would compare with, or
+        overwrite, the first's golden)."""
+        __tracebackhide__ = True
+        if user_name and not isinstance(name, str):
+            raise TypeError(f"snapshot name: expected a string, got {type(name).__name__} {name!r}")
+        if user_name and not _NAME.match(name):
+            raise ValueError(f"snapshot name {name!r}: use letters, digits, '_', '.' and '-'")
+        if name in self._taken:
+            raise ValueError(f"snapshot name {name!r} is used twice in this test: give each snapshot its own name")
+        self._taken.add(name)
 
     def check(
         self,
@@ -199,16 +245,15 @@ class GoldenOutputs:
         user_name: bool = False,
     ) -> Outcome:
         __tracebackhide__ = True
-        if user_name and not _NAME.match(name):
-            raise ValueError(f"snapshot name {name!r}: use letters, digits, '_', '.' and '-'")
         if (rtol is None) != (atol is None):
             raise ValueError("snapshot rtol and atol: give both or neither")
-        golden = self._read()
+        self._take(name, user_name)
         cls = device_class(value)
         full = f"{cls}/{name}"
         tensors, others = flatten(full, value)
+        golden = self._read()
         old_tensors, old_others = golden.entries(full)
-        if not old_tensors and not old_others:
+        if not golden.has(full):
             outcome = self._record(name, cls, full, tensors, others, package_key, had_golden=False)
         else:
             found = self._differences(tensors, others, old_tensors, old_others, rtol, atol)
@@ -247,7 +292,7 @@ class GoldenOutputs:
                 "and commit the file"
             )
         if self.update and cls not in self._cleared:
-            golden.replace(f"{cls}/", {}, {})
+            golden.clear(cls)
             self._cleared.add(cls)
         golden.replace(full, tensors, others)
         golden.environments[cls] = environment(cls, package_key)

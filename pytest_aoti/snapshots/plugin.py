@@ -1,28 +1,87 @@
-"""pytest glue of golden outputs (:mod:`pytest_aoti.snapshots.golden`): the ``aoti_snapshot`` fixture, the hook behind
-``aoti_check(..., snapshot=True)``, what each test recorded (report properties, JUnit) and the summary lines: goldens
-written or updated, and golden files no test used. Importing this module does not import torch."""
+"""The golden outputs feature as a pytest plugin (over :mod:`pytest_aoti.snapshots.golden`): its options, the
+``aoti_snapshot`` fixture, ``aoti_check(..., snapshot=True)`` through pytest-aoti's build hooks, what each test
+recorded (report properties, JUnit) and the summary: goldens written or updated, and golden files no test used.
+Importing this module does not import torch."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from pytest_aoti.core.protocol import CHILD_ENV, Stage
-from pytest_aoti.settings import settings_key
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 
 if TYPE_CHECKING:
     from pytest_aoti.core.compiler import CompiledModel
+    from pytest_aoti.hookspecs import BuildRequest, MatchedOutputs
     from pytest_aoti.snapshots.golden import GoldenOutputs
+
+SNAPSHOT_DESC = (
+    "what a snapshot without golden outputs does: auto (record them, or fail when the CI environment variable is "
+    "set), write (record them) or fail (default auto)"
+)
+SNAPSHOT_UPDATE_DESC = (
+    "rewrite the golden outputs of every snapshot that runs (aoti_snapshot, aoti_check(snapshot=True)); an action "
+    "for one run, so it has no ini twin"
+)
+# The builder keywords this feature takes (aoti_check(..., snapshot=True, snapshot_rtol=, snapshot_atol=)).
+BUILD_OPTIONS = ("snapshot", "snapshot_rtol", "snapshot_atol")
 
 goldens_key = pytest.StashKey["GoldenOutputs"]()
 SNAPSHOT_PROPERTY = "aoti_snapshot"
 SNAPSHOT_FILE_PROPERTY = "aoti_snapshot_file"
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    missing: Literal["write", "fail"]  # what a snapshot without golden outputs does
+    update: bool
+
+
+settings_key = pytest.StashKey[SnapshotSettings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
+    group.addoption("--aoti-snapshot", default=None, dest="aoti_snapshot", metavar="MODE", help=SNAPSHOT_DESC)
+    parser.addini("aoti_snapshot", SNAPSHOT_DESC, default="auto")
+    group.addoption(
+        "--aoti-snapshot-update",
+        action="store_true",
+        default=False,
+        dest="aoti_snapshot_update",
+        help=SNAPSHOT_UPDATE_DESC,
+    )
+
+
+def _in_ci() -> bool:
+    """The ``CI`` environment variable as CI services set it (``true``, ``1``); ``false``/``0``/empty: not CI."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def resolve(config: pytest.Config) -> SnapshotSettings:
+    cli = config.getoption("aoti_snapshot")
+    raw, source = (
+        (cli, "--aoti-snapshot") if cli is not None else (config.getini("aoti_snapshot"), "ini option aoti_snapshot")
+    )
+    mode = str(raw).strip().lower()
+    if mode not in ("auto", "write", "fail"):
+        raise pytest.UsageError(f"{source}: expected auto, write or fail, got {raw!r}")
+    missing: Literal["write", "fail"] = "fail" if mode == "fail" or (mode == "auto" and _in_ci()) else "write"
+    return SnapshotSettings(missing=missing, update=bool(config.getoption("aoti_snapshot_update")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[settings_key] = resolve(config)
+    # The summary of goldens written, updated and unused belongs to the session the user started (an xdist
+    # controller hears its workers' reports), not to a pytest-aoti child or an xdist worker.
+    if not os.environ.get(CHILD_ENV) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(SnapshotTracker(config), "aoti-snapshot-tracker")
 
 
 def _test_id(nodeid: str) -> str:
@@ -40,8 +99,8 @@ def goldens_of(item: pytest.Item) -> GoldenOutputs:
         debug_rerun = os.environ.get(CHILD_ENV, "") not in ("", Stage.ISOLATE)
         item.stash[goldens_key] = GoldenOutputs(
             path=snapshot_path(item.path, _test_id(item.nodeid)),
-            missing="skip" if debug_rerun else settings.snapshot_missing,  # type: ignore[arg-type]
-            update=settings.snapshot_update and not debug_rerun,
+            missing="skip" if debug_rerun else settings.missing,
+            update=settings.update and not debug_rerun,
             update_hint=f"pytest --aoti-snapshot-update '{item.nodeid}'",
         )
     return item.stash[goldens_key]
@@ -53,17 +112,83 @@ def package_key(compiled: CompiledModel) -> str | None:
     return stem if len(stem) == 64 and all(c in "0123456789abcdef" for c in stem) else None
 
 
-def golden_hook(item: pytest.Item, rtol: float | None, atol: float | None) -> Callable[[str, Any, CompiledModel], None]:
-    """What ``aoti_check(..., snapshot=True)`` hands to ``check_model``: each input set's package outputs, checked
-    as snapshot ``check<N>.<input set>``."""
-    goldens = goldens_of(item)
-    name = goldens.next_name("check")
+@dataclass
+class _CheckSnapshot:
+    """One ``aoti_check(..., snapshot=True)`` call while it builds: its snapshot's name and tolerances."""
 
-    def check(label: str, outputs: Any, compiled: CompiledModel) -> None:
-        __tracebackhide__ = True
-        goldens.check(f"{name}.{label}", outputs, rtol=rtol, atol=atol, package_key=package_key(compiled))
+    name: str
+    rtol: float | None
+    atol: float | None
+    input_sets: int = 0  # how many matched input sets it held against the goldens
 
-    return check
+
+# The aoti_check calls of a test that are building now, by their BuildRequest (frozen, unhashable: by identity).
+_building_key = pytest.StashKey[dict[int, _CheckSnapshot]]()
+
+
+def _snapshot_options(request: BuildRequest) -> tuple[bool, float | None, float | None]:
+    """``snapshot``, ``snapshot_rtol`` and ``snapshot_atol`` of a build, checked before anything is compiled."""
+    __tracebackhide__ = True
+    from pytest_aoti.core.compiler import check_flag, tolerance_value
+
+    options = request.feature_options
+    wanted = check_flag(options.get("snapshot", False), "snapshot")
+    rtol = tolerance_value(options.get("snapshot_rtol"), "snapshot_rtol")
+    atol = tolerance_value(options.get("snapshot_atol"), "snapshot_atol")
+    if (rtol is None) != (atol is None):
+        raise ValueError("snapshot_rtol and snapshot_atol: give both or neither")
+    if rtol is not None and not wanted:
+        raise TypeError(
+            "snapshot_rtol/snapshot_atol are the golden comparison's tolerances, and this call takes no snapshot: add "
+            "snapshot=True, or drop them"
+        )
+    if wanted and request.item is None:
+        raise TypeError("snapshot=True: aoti_compile_shared serves a whole module; take snapshots in a test")
+    return wanted, rtol, atol
+
+
+def pytest_aoti_build_options(config: pytest.Config) -> list[str]:
+    return list(BUILD_OPTIONS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_aoti_build(config: pytest.Config, request: BuildRequest) -> Generator[None, Any, Any]:
+    """Name the snapshot of an ``aoti_check(..., snapshot=True)`` call (``check0``, ``check1``, …) while it builds;
+    its matched input sets arrive meanwhile (:func:`pytest_aoti_matched_outputs`)."""
+    __tracebackhide__ = True
+    wanted, rtol, atol = _snapshot_options(request)
+    if not wanted or request.item is None:
+        return (yield)
+    building = request.item.stash.setdefault(_building_key, {})
+    check = building[id(request)] = _CheckSnapshot(goldens_of(request.item).next_name("check"), rtol, atol)
+    try:
+        compiled = yield
+    finally:
+        del building[id(request)]
+    if check.input_sets == 0:  # built, and never compared with eager: aoti_compile
+        raise TypeError(
+            "snapshot=True: only aoti_check compares a package's outputs; with aoti_compile, pass its outputs to the "
+            "aoti_snapshot fixture"
+        )
+    return compiled
+
+
+def pytest_aoti_matched_outputs(config: pytest.Config, matched: MatchedOutputs) -> None:
+    """Each input set of ``aoti_check(..., snapshot=True)`` whose outputs matched eager, held against the goldens as
+    snapshot ``check<N>.<input set>`` (``check0.example``, ``check0.more_inputs[0]``)."""
+    __tracebackhide__ = True
+    item = matched.request.item
+    check = item.stash.get(_building_key, {}).get(id(matched.request)) if item is not None else None
+    if item is None or check is None:
+        return
+    check.input_sets += 1
+    goldens_of(item).check(
+        f"{check.name}.{matched.label}",
+        matched.outputs,
+        rtol=check.rtol,
+        atol=check.atol,
+        package_key=package_key(matched.compiled),
+    )
 
 
 class Snapshot:
@@ -168,6 +293,13 @@ class SnapshotTracker:
                 if owner is None or (owner in self.passed and golden.resolve() not in used):
                     found.append(golden)
         return found
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        lines = self.summary_lines()
+        if lines:
+            terminalreporter.write_sep("=", "aoti snapshots")
+            for line in lines:
+                terminalreporter.write_line(line)
 
     def summary_lines(self) -> list[str]:
         written = [f"{path} ({outcomes})" for path, outcomes in self.used.items() if "written" in outcomes]

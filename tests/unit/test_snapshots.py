@@ -1,20 +1,18 @@
-"""Golden outputs and bundled I/O without a compile: the comparison's numbers, the file format, the file names, and
-the errors a bad package gets."""
+"""Golden outputs without a compile: the comparison's numbers, the file format, the file names."""
 
 from __future__ import annotations
 
-import json
 import math
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from pytest_aoti.core.errors import AOTISnapshotError, AOTIVerifyError
+from pytest_aoti.core.environment import environment_diff
+from pytest_aoti.core.errors import AOTISnapshotError
 from pytest_aoti.snapshots.files import snapshot_path
-from pytest_aoti.snapshots.golden import GoldenFile, GoldenOutputs, compare, environment_diff
-from pytest_aoti.verify.bundled import IO_MEMBER, main, verify_package
+from pytest_aoti.snapshots.golden import GoldenOutputs, compare
+from pytest_aoti.snapshots.golden_file import GoldenFile
 
 
 def test_the_smallest_passing_tolerances_pass_and_anything_smaller_fails() -> None:
@@ -112,55 +110,7 @@ def test_environment_diff_names_each_change_but_not_the_package() -> None:
 def test_file_names_from_test_ids(tmp_path: Path) -> None:
     test_file = tmp_path / "tests" / "test_model.py"
     assert snapshot_path(test_file, "TestA::test_b[cuda-x/y]") == (
-        tmp_path / "tests" / "__aoti_snapshots__" / "test_model" / "TestA.test_b[cuda-x_y].safetensors"
+        tmp_path / "tests" / "__aoti_snapshots__" / "test_model" / "TestA.test_b[cuda-x%2Fy].safetensors"
     )
     long = snapshot_path(test_file, "test_" + "x" * 300)
     assert len(long.name) < 255 and long != snapshot_path(test_file, "test_" + "x" * 299)
-
-
-def _archive(path: Path, members: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return path
-
-
-def _io_member(metadata: dict[str, str]) -> bytes:
-    from safetensors.torch import save
-
-    return save({"input.0": torch.ones(2)}, metadata=metadata)
-
-
-def test_verify_names_what_is_wrong_with_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cases = {
-        tmp_path / "missing.pt2": "missing.pt2: no such file",
-        tmp_path.joinpath("text.pt2"): "text.pt2: not a readable .pt2 archive (File is not a zip file",
-        _archive(tmp_path / "other.pt2", {"model/data.pkl": b"x"}): "other.pt2: not an AOTI package",
-        _archive(tmp_path / "plain.pt2", {"model/data/aotinductor/model/x.so": b"x"}): (
-            "plain.pt2: carries no bundled inputs and outputs; build it with aoti_compile(..., bundle_io=True)"
-        ),
-    }
-    tmp_path.joinpath("text.pt2").write_text("not a zip")
-    for path, message in cases.items():
-        with pytest.raises(AOTIVerifyError) as raised:
-            verify_package(path)
-        assert message in str(raised.value)
-    assert main([str(path) for path in cases]) == 1
-    assert capsys.readouterr().out.count("FAILED ") == len(cases)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_verify_a_cuda_package_on_a_machine_without_cuda(tmp_path: Path) -> None:
-    metadata = {
-        "format": "pytest-aoti bundled io 1",
-        "device": "cuda",
-        "environment": json.dumps({"gpu": "NVIDIA H100 80GB HBM3 (sm_90)"}),
-    }
-    package = _archive(
-        tmp_path / "cuda.pt2", {"model/data/aotinductor/model/x.so": b"x", f"model/{IO_MEMBER}": _io_member(metadata)}
-    )
-    with pytest.raises(
-        AOTIVerifyError,
-        match=r"cuda.pt2: built for CUDA \(recorded on NVIDIA H100 80GB HBM3 \(sm_90\)\); this machine has no CUDA",
-    ):
-        verify_package(package)

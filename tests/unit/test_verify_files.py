@@ -1,0 +1,62 @@
+"""Bundled I/O without a compile: the errors a bad package gets (moved from tests/unit/test_snapshots.py, so that
+the golden outputs' tests and the verify feature's are apart, as the features are)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_aoti.core.errors import AOTIVerifyError
+from pytest_aoti.verify.bundled import IO_MEMBER, main, verify_package
+
+
+def _archive(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _io_member(metadata: dict[str, str]) -> bytes:
+    from safetensors.torch import save
+
+    return save({"input.0": torch.ones(2)}, metadata=metadata)
+
+
+def test_verify_names_what_is_wrong_with_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = {
+        tmp_path / "missing.pt2": "missing.pt2: no such file",
+        tmp_path.joinpath("text.pt2"): "text.pt2: not a readable .pt2 archive (File is not a zip file",
+        _archive(tmp_path / "other.pt2", {"model/data.pkl": b"x"}): "other.pt2: not an AOTI package",
+        _archive(tmp_path / "plain.pt2", {"model/data/aotinductor/model/x.so": b"x"}): (
+            "plain.pt2: carries no bundled inputs and outputs; build it with aoti_compile(..., bundle_io=True)"
+        ),
+    }
+    tmp_path.joinpath("text.pt2").write_text("not a zip")
+    for path, message in cases.items():
+        with pytest.raises(AOTIVerifyError) as raised:
+            verify_package(path)
+        assert message in str(raised.value)
+    assert main([str(path) for path in cases]) == 1
+    assert capsys.readouterr().out.count("FAILED ") == len(cases)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_verify_a_cuda_package_on_a_machine_without_cuda(tmp_path: Path) -> None:
+    metadata = {
+        "format": "pytest-aoti bundled io 1",
+        "device": "cuda",
+        "environment": json.dumps({"gpu": "NVIDIA H100 80GB HBM3 (sm_90)"}),
+    }
+    package = _archive(
+        tmp_path / "cuda.pt2", {"model/data/aotinductor/model/x.so": b"x", f"model/{IO_MEMBER}": _io_member(metadata)}
+    )
+    with pytest.raises(
+        AOTIVerifyError,
+        match=r"cuda.pt2: built for CUDA \(recorded on NVIDIA H100 80GB HBM3 \(sm_90\)\); this machine has no CUDA",
+    ):
+        verify_package(package)
