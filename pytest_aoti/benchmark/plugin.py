@@ -1,10 +1,12 @@
-"""pytest glue of package benchmarks (:mod:`pytest_aoti.benchmark.timing`): the ``aoti_benchmark`` fixture, baselines in
-``__aoti_benchmarks__/<test file stem>.json`` beside the tests, the device lock under xdist, JUnit properties, the
-summary table and ``--aoti-benchmark-json``. Importing this module does not import torch.
+"""The benchmark feature as a pytest plugin: its ``--aoti-benchmark*`` options and ini keys, the ``aoti_benchmark``
+fixture (it builds through ``aoti_compile``), baselines in ``__aoti_benchmarks__/<test file stem>.json`` beside the
+tests (:mod:`.baselines`), the fail rule (:mod:`.rule`), the device lock under xdist, JUnit properties, the summary
+table and ``--aoti-benchmark-json``. Importing this module does not import torch.
 
-Under xdist, a measurement holds an exclusive lock that every worker's compile (in the aoti fixtures) takes shared:
-no compile runs while a package is timed, and compiles run in parallel otherwise. Tests that do not compile still run
-beside a measurement; a noisy neighbour shifts some blocks, which the significance test tolerates.
+Under xdist, in runs with benchmarks only, a measurement holds an exclusive lock that every worker's build takes
+shared (this plugin wraps ``pytest_aoti_build``): no compile runs while a package is timed, and compiles run in
+parallel otherwise. Without ``--aoti-benchmark`` nothing is wrapped and no lock file exists. Tests that do not
+compile still run beside a measurement: the calibration, timed beside the package, absorbs what they do to it.
 """
 
 from __future__ import annotations
@@ -12,60 +14,196 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_aoti.settings import settings_key
+from pytest_aoti.core.protocol import CHILD_ENV
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.benchmark.timing import Comparison, Figures
+    from pytest_aoti.benchmark.rule import Judgment
+    from pytest_aoti.benchmark.timing import Figures
+    from pytest_aoti.core.compiler import CompiledModel
+    from pytest_aoti.hookspecs import BuildRequest
 
 BENCHMARK_DIR = "__aoti_benchmarks__"
 RECORD_PROPERTY = "aoti_benchmark"
 SKIP_REASON = "aoti_benchmark: benchmarks run only with --aoti-benchmark"
+DEFAULT_KEPT_RUNS = 5
+MAX_KEPT_RUNS = 100
+MIN_KEPT_RUNS = 2  # the spread between runs needs two (rule.MIN_BASELINE_RUNS, not imported: it imports torch)
 
-
-def _lock_path(config: pytest.Config) -> Path | None:
-    """One lock file for all xdist workers of the run (beside their base temps), None outside xdist."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return None
-    factory = config._tmp_path_factory  # type: ignore[attr-defined]  # what the tmp_path_factory fixture returns
-    return Path(factory.getbasetemp()).parent / "aoti-device.lock"
-
-
-@contextlib.contextmanager
-def device_lock(config: pytest.Config, *, exclusive: bool) -> Iterator[None]:
-    """Shared for a compile, exclusive for a measurement; a no-op without benchmarks or outside xdist."""
-    path = _lock_path(config) if config.stash[settings_key].benchmark else None
-    if path is None:
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+BENCHMARK_DESC = "run tests that use aoti_benchmark (skipped otherwise) and judge them against their stored baselines"
+UPDATE_DESC = (
+    "add this run to the baselines of the benchmarks that run (for this machine; the last --aoti-benchmark-runs "
+    "runs are kept, each its own pytest run)"
+)
+TOLERANCE_DESC = (
+    "how much slower than its baseline a benchmark's calibration-normalized latency may be, as a fraction, before "
+    "the spread between baseline runs is asked (default 0.1: a tenth)"
+)
+MIN_TIME_DESC = "seconds each side (package, eager, calibration) of a benchmark is timed for at least (default 1)"
+RUNS_DESC = f"runs per machine a baseline keeps; a benchmark is judged against them (default {DEFAULT_KEPT_RUNS})"
+JSON_DESC = "write every benchmark's figures and judgment to this JSON file (for dashboards)"
 
 
 @dataclass(frozen=True)
-class BenchmarkResult:
-    """What ``aoti_benchmark`` returns: the figures and how they compare with the stored baseline."""
+class BenchmarkSettings:
+    enabled: bool = False
+    update: bool = False
+    tolerance: float = 0.1
+    min_time: float = 1.0
+    kept_runs: int = DEFAULT_KEPT_RUNS
+    json_path: Path | None = None
+    run_id: str = ""  # this pytest run's, shared by its xdist workers: a run replaces its own earlier record
 
-    figures: Figures
-    comparison: Comparison
-    baseline_file: Path
+
+settings_key = pytest.StashKey[BenchmarkSettings]()
+lock_key = pytest.StashKey["DeviceLock"]()
+names_key = pytest.StashKey[set[str]]()
 
 
-def _baseline_file(item: pytest.Item) -> Path:
-    return item.path.parent / BENCHMARK_DIR / f"{item.path.stem}.json"
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
+    group.addoption("--aoti-benchmark", action="store_true", default=None, dest="aoti_benchmark", help=BENCHMARK_DESC)
+    # An action, not a setting: no ini twin, which would rewrite the baselines on every run.
+    group.addoption("--aoti-benchmark-update", action="store_true", default=False, help=UPDATE_DESC)
+    parser.addini("aoti_benchmark", BENCHMARK_DESC, type="bool", default=False)
+    for name, help_text, default in (
+        ("tolerance", TOLERANCE_DESC, "0.1"),
+        ("min-time", MIN_TIME_DESC, "1"),
+        ("runs", RUNS_DESC, str(DEFAULT_KEPT_RUNS)),
+        ("json", JSON_DESC, ""),
+    ):
+        dest = f"aoti_benchmark_{name.replace('-', '_')}"
+        group.addoption(f"--aoti-benchmark-{name}", default=None, dest=dest, metavar=name.upper(), help=help_text)
+        parser.addini(dest, help_text, default=default)
+
+
+def _value(config: pytest.Config, name: str) -> tuple[str, str, bool]:
+    """The option's text, where it came from (for errors), and whether from the command line."""
+    dest = f"aoti_benchmark_{name.replace('-', '_')}"
+    cli = config.getoption(dest)
+    if cli is not None:
+        return str(cli), f"--aoti-benchmark-{name}", True
+    return str(config.getini(dest)), f"ini option {dest}", False
+
+
+def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok: bool, whole: bool = False) -> float:
+    raw, source, _ = _value(config, name)
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{source}: expected {what}, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok) or value > most:
+        raise pytest.UsageError(f"{source}: expected {what} of at most {most:g}, got {raw!r}")
+    return value
+
+
+def _json_target(config: pytest.Config) -> Path | None:
+    """``--aoti-benchmark-json``: a path from the command line is relative to where pytest started, from the ini
+    file to the rootdir. A target that cannot be written is a usage error now, not a traceback after the tests."""
+    raw, source, from_cli = _value(config, "json")
+    if not raw.strip():
+        return None
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else (config.invocation_params.dir if from_cli else config.rootpath) / path
+    if path.is_dir():
+        raise pytest.UsageError(f"{source}: {path} is a directory; expected the path of a JSON file to write")
+    existing = path.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise pytest.UsageError(f"{source}: cannot write {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise pytest.UsageError(f"{source}: cannot write {path}: permission denied")
+    return path
+
+
+def _kept_runs(config: pytest.Config) -> int:
+    kept = int(_number(config, "runs", "a whole number of runs", most=MAX_KEPT_RUNS, zero_ok=False, whole=True))
+    if kept < MIN_KEPT_RUNS:
+        raise pytest.UsageError(
+            f"{_value(config, 'runs')[1]}: a baseline keeps at least {MIN_KEPT_RUNS} runs (their spread is what a "
+            f"run is judged against), got {kept}"
+        )
+    return kept
+
+
+def resolve(config: pytest.Config) -> BenchmarkSettings:
+    update = bool(config.getoption("aoti_benchmark_update"))
+    cli = config.getoption("aoti_benchmark")
+    try:
+        enabled = bool(cli if cli is not None else config.getini("aoti_benchmark")) or update
+    except (ValueError, pytest.UsageError) as error:  # a bool ini value pytest cannot read ("maybe")
+        raise pytest.UsageError(f"ini option aoti_benchmark: {error}; expected true or false") from None
+    workerinput = getattr(config, "workerinput", None)
+    return BenchmarkSettings(
+        enabled=enabled,
+        update=update,
+        tolerance=_number(config, "tolerance", "a fraction >= 0 (0.1 = 10 %)", most=100, zero_ok=True),
+        min_time=_number(config, "min-time", "seconds above 0", most=3600, zero_ok=False),
+        kept_runs=_kept_runs(config),
+        json_path=_json_target(config),
+        run_id=str(workerinput["testrunuid"]) if workerinput else uuid.uuid4().hex,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = resolve(config)
+    config.stash[settings_key] = settings
+    if not settings.enabled:
+        return
+    is_worker = hasattr(config, "workerinput")
+    if is_worker:
+        lock = DeviceLock(Path(str(config.getoption("basetemp"))).parent / "aoti-benchmark.lock")
+        config.stash[lock_key] = lock
+        config.pluginmanager.register(lock, "aoti-benchmark-lock")
+    elif not os.environ.get(CHILD_ENV):
+        config.pluginmanager.register(BenchmarkTracker(config), "aoti-benchmark-tracker")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    settings = config.stash[settings_key]
+    if not settings.enabled:
+        return None
+    action = "recording baselines" if settings.update else "judging against baselines"
+    return (
+        f"aoti benchmarks: {action} (tolerance {settings.tolerance:g}, {settings.kept_runs} runs kept per machine, "
+        f"min time {settings.min_time:g} s per side)"
+    )
+
+
+@dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
+class DeviceLock:
+    """One measurement at a time on this host, among the xdist workers of a run with benchmarks: builds take the
+    lock shared, a measurement exclusive (compiles and kernel launches share the host's CPUs, whatever the device)."""
+
+    path: Path
+
+    @contextlib.contextmanager
+    def held(self, *, exclusive: bool) -> Iterator[None]:
+        with open(self.path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_aoti_build(
+        self, config: pytest.Config, request: BuildRequest, build: Callable[[], CompiledModel]
+    ) -> Generator[None, Any, Any]:
+        with self.held(exclusive=False):
+            return (yield)
 
 
 @contextlib.contextmanager
@@ -78,55 +216,54 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-    with contextlib.suppress(OSError):
-        path.with_name(f".{path.name}.lock").unlink()
 
 
-def _record(item: pytest.Item, figures: Figures, comparison: Comparison, package_key: str | None) -> None:
-    record = {
-        "test": item.nodeid,
-        "device": figures.device,
-        "median_s": figures.median,
-        "iqr_s": figures.iqr,
-        "blocks": len(figures.times),
-        "speedup_vs_eager": figures.speedup,
-        "load_s": figures.load_seconds,
-        "load_memory_bytes": figures.load_memory_bytes,
-        "run_memory_bytes": figures.run_memory_bytes,
-        "package_bytes": figures.package_bytes,
-        "package": package_key,
-        "baseline": comparison.status,
-        "vs_baseline": comparison.ratio,
-        "p_value": comparison.p_value,
-        "comparison": comparison.text,
-    }
-    item.user_properties.extend(
-        [
-            ("aoti_latency_ms", f"{figures.median * 1e3:.4g}"),
-            ("aoti_latency_iqr_ms", f"{figures.iqr * 1e3:.4g}"),
-            ("aoti_vs_baseline", f"{comparison.ratio:.3f}" if comparison.ratio is not None else comparison.status),
-            ("aoti_speedup_vs_eager", f"{figures.speedup:.3f}"),
-            ("aoti_load_ms", f"{figures.load_seconds * 1e3:.4g}"),
-            ("aoti_memory", _memory_cell(record)),
-            (RECORD_PROPERTY, json.dumps(record)),
-        ]
-    )
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """What ``aoti_benchmark`` returns: the figures, how they compare with the stored baseline, and where that is."""
+
+    figures: Figures
+    judgment: Judgment
+    baseline_file: Path
+    name: str
+
+
+def _baseline_file(item: pytest.Item) -> Path:
+    return item.path.parent / BENCHMARK_DIR / f"{item.path.stem}.json"
+
+
+def _benchmark_name(item: pytest.Item, name: Any) -> str:
+    """The baseline entry of this call: the test's id for its first unnamed call, ``<id> [call N]`` for the Nth,
+    ``<id> [name]`` for a named one. Two calls of one test never share an entry."""
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise TypeError(f"aoti_benchmark name: expected a non-empty string, got {type(name).__name__} {name!r}")
+    used = item.stash.setdefault(names_key, set())
+    test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    if name is not None:
+        benchmark = f"{test_id} [{name}]"
+    else:
+        benchmark = test_id if not used else f"{test_id} [call {len(used) + 1}]"
+    if benchmark in used:
+        raise ValueError(f"aoti_benchmark: {benchmark!r} is benchmarked twice in this test; give each call its name=")
+    used.add(benchmark)
+    return benchmark
 
 
 @pytest.fixture
 def aoti_benchmark(
-    request: pytest.FixtureRequest, aoti_device: torch.device, tmp_path: Path
+    request: pytest.FixtureRequest,
+    aoti_compile: Callable[..., CompiledModel],
+    aoti_device: torch.device,
+    tmp_path: Path,
 ) -> Callable[..., BenchmarkResult]:
-    """``aoti_benchmark(model, args, kwargs=None, *, tolerance=None, min_run_time=None, **compile options)``: compile
-    (with the package cache), time the package and eager, and hold the median against this machine's stored
-    baseline. Skipped unless ``--aoti-benchmark``; ``--aoti-benchmark-update`` records baselines."""
+    """``aoti_benchmark(model, args, kwargs=None, *, name=None, tolerance=None, min_run_time=None, **compile
+    options)``: compile through ``aoti_compile`` (its cache and options), time the package, eager and a calibration
+    workload in interleaved blocks, and judge the package against this machine's baseline runs. Skipped unless
+    ``--aoti-benchmark``; ``--aoti-benchmark-update`` records a run. ``name`` tells several calls of one test
+    apart (unnamed, they are numbered)."""
     settings = request.config.stash[settings_key]
-    if not settings.benchmark:
+    if not settings.enabled:
         pytest.skip(SKIP_REASON)
-    from pytest_aoti.core.compiler import compile_model
-    from pytest_aoti.fixtures import _seed
-
-    _seed()  # the same random weights every run: the package hits the cache, and the baseline is of the same model
     item = request.node
 
     def bench(
@@ -134,82 +271,181 @@ def aoti_benchmark(
         args: Any,
         kwargs: dict[str, Any] | None = None,
         *,
+        name: str | None = None,
         tolerance: float | None = None,
         min_run_time: float | None = None,
         **options: Any,
     ) -> BenchmarkResult:
         __tracebackhide__ = True
-        from pytest_aoti.benchmark import timing as benchmark
-        from pytest_aoti.core.compiler import as_module, load_package, tolerance_value
-        from pytest_aoti.fixtures import _builder, _moved
-        from pytest_aoti.snapshots.plugin import package_key
+        from pytest_aoti.core.compiler import tolerance_value
 
+        benchmark = _benchmark_name(item, name)
         allowed = tolerance_value(tolerance, "aoti_benchmark tolerance")
-        allowed = settings.benchmark_tolerance if allowed is None else allowed
-        run_time = tolerance_value(min_run_time, "aoti_benchmark min_run_time") or settings.benchmark_min_time
-        compiled = _builder(
-            compile_model, request.config, aoti_device, tmp_path / "aoti-packages", [], item, item.nodeid
-        )(model, args, kwargs, **options)
-        module = as_module(model).to(aoti_device).eval()
-        run_args, run_kwargs = _moved(tuple(args), aoti_device), _moved(kwargs or {}, aoti_device)
-        key = package_key(compiled)
-        compiled.release()
-        with device_lock(request.config, exclusive=True):
-            figures = benchmark.measure(
-                lambda: load_package(compiled.package_path, aoti_device, extract_dir=tmp_path / "aoti-bench-load"),
-                lambda runner: runner(*run_args, **run_kwargs),
-                lambda: module(*run_args, **run_kwargs),
-                package=compiled.package_path,
-                device=aoti_device,
-                min_run_time=run_time,
-                clock="wall" if aoti_device.type == "cuda" else settings.benchmark_clock,
-            )
-        return _judged(item, figures, _against_baseline(item, figures, aoti_device, key, allowed), key)
+        run_time = tolerance_value(min_run_time, "aoti_benchmark min_run_time") or settings.min_time
+        compiled = aoti_compile(model, args, kwargs, **options)
+        figures = _measure(request.config, compiled, model, args, kwargs, tmp_path, run_time)
+        tolerance_used = settings.tolerance if allowed is None else allowed
+        judgment = _against_baseline(item, benchmark, figures, compiled, tolerance_used, run_time)
+        return _judged(item, benchmark, figures, judgment)
 
     return bench
 
 
-def _judged(item: pytest.Item, figures: Figures, comparison: Comparison, key: str | None) -> BenchmarkResult:
-    """The measurement recorded (JUnit, report section); a benchmark slower than its baseline fails the test."""
-    __tracebackhide__ = True
-    from pytest_aoti.benchmark import timing as benchmark
+def _measure(
+    config: pytest.Config,
+    compiled: CompiledModel,
+    model: Any,
+    args: Any,
+    kwargs: dict[str, Any] | None,
+    tmp_path: Path,
+    min_run_time: float,
+) -> Figures:
+    """The package (loaded afresh, its load timed), eager and the calibration, timed under the device lock."""
+    import torch.utils._pytree as pytree
 
-    _record(item, figures, comparison, key)
-    item.add_report_section("call", "aoti benchmark", f"{benchmark.describe(figures)}\n{comparison.text}")
-    if comparison.status == "slower":
-        slower = pytest.fail.Exception(f"aoti_benchmark: slower than the baseline: {comparison.text}", pytrace=False)
-        slower.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
-        raise slower
-    return BenchmarkResult(figures, comparison, _baseline_file(item))
+    from pytest_aoti.benchmark import timing
+    from pytest_aoti.core.compiler import as_module, load_package
+
+    device = compiled.device
+    module = as_module(model).to(device).eval()
+    run_args, run_kwargs = pytree.tree_map(lambda leaf: leaf.to(device) if hasattr(leaf, "to") else leaf,
+                                           (tuple(args), dict(kwargs or {})))  # fmt: skip
+    compiled.release()  # its runner is not the one timed: the measured load is
+    lock = config.stash.get(lock_key, None)
+    with lock.held(exclusive=True) if lock is not None else contextlib.nullcontext():
+        return timing.measure(
+            lambda: load_package(compiled.package_path, device, extract_dir=tmp_path / "aoti-bench-load"),
+            lambda runner: runner(*run_args, **run_kwargs),
+            lambda: module(*run_args, **run_kwargs),
+            package=compiled.package_path,
+            device=device,
+            min_run_time=min_run_time,
+        )
+
+
+def _package_key(compiled: CompiledModel) -> str:
+    from pytest_aoti.core.cache import package_key
+    from pytest_aoti.core.compiler import validate_inductor_configs
+
+    return package_key(compiled.exported_program, validate_inductor_configs(compiled.inductor_configs), compiled.device)
 
 
 def _against_baseline(
-    item: pytest.Item, figures: Figures, device: torch.device, key: str | None, tolerance: float
-) -> Comparison:
-    """Record this machine's baseline (``--aoti-benchmark-update``) or compare with it; a baseline of another
-    machine is reported, not compared."""
-    from pytest_aoti.benchmark import timing as benchmark
+    item: pytest.Item, benchmark: str, figures: Figures, compiled: CompiledModel, tolerance: float, run_time: float
+) -> Judgment:
+    """Record this run (``--aoti-benchmark-update``) or judge it against this machine's recorded runs; a baseline
+    of another machine only is reported, not compared."""
+    __tracebackhide__ = True
+    import torch
 
-    path = _baseline_file(item)
-    test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    machine = benchmark.machine(device)
-    with _file_lock(path):
-        baselines = benchmark.Baselines.read(path)
-        if item.config.stash[settings_key].benchmark_update:
-            baselines.put(test_id, machine, figures, key)
-            baselines.write()
-            return benchmark.Comparison("recorded", text=f"baseline recorded in {path}")
-        comparison = benchmark.compare(figures, baselines.get(test_id, machine), tolerance, key)
-        others = baselines.others(test_id, machine)
-        if comparison.status == "no baseline" and others:
-            text = f"baselines only for other machines ({', '.join(others)}): reported, not compared"
-            return benchmark.Comparison("other machine", text=text)
-        return comparison
+    from pytest_aoti.benchmark import rule, timing
+    from pytest_aoti.benchmark.baselines import BaselineError, Baselines
+
+    settings = item.config.stash[settings_key]
+    run = rule.Run.of(figures, torch=torch.__version__, package_key=_package_key(compiled), run_id=settings.run_id)
+    path, machine = _baseline_file(item), timing.machine(compiled.device)
+    try:
+        with _file_lock(path):
+            baselines = Baselines.read(path)
+            if settings.update:
+                return _recorded(baselines, benchmark, machine, run, tolerance, run_time, settings.kept_runs)
+            runs = baselines.runs(benchmark, machine)
+    except BaselineError as error:
+        _fail(str(error))
+    others = baselines.others(benchmark, machine)
+    if not runs and others:
+        text = f"not judged: baselines only for other machines ({', '.join(others)}); this is {machine}"
+        return rule.Judgment(rule.Verdict.NOT_JUDGED, text)
+    try:
+        return rule.judge(run, runs, tolerance, run_time)
+    except ImportError:
+        _fail("aoti_benchmark: judging against a baseline needs SciPy: pip install scipy (or pytest-aoti[benchmark])")
+
+
+def _recorded(
+    baselines: Any, benchmark: str, machine: str, run: Any, tolerance: float, run_time: float, keep: int
+) -> Judgment:
+    from pytest_aoti.benchmark import rule, timing
+
+    reason = rule.unjudgeable(run, tolerance, run_time)
+    if reason is not None and len(run.package) < timing.MIN_BLOCKS:
+        return rule.Judgment(rule.Verdict.NOT_JUDGED, f"not recorded: {reason}")
+    kept = baselines.add(benchmark, machine, run, keep)
+    baselines.write()
+    return rule.Judgment(
+        rule.Verdict.RECORDED,
+        f"baseline run recorded in {baselines.path} ({kept} of {keep} kept for {machine})",
+        baseline_runs=kept,
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    __tracebackhide__ = True
+    failed = pytest.fail.Exception(message, pytrace=False)
+    failed.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
+    raise failed
+
+
+def _judged(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgment) -> BenchmarkResult:
+    """The measurement recorded (JUnit, report section); a benchmark slower than its baseline fails the test."""
+    __tracebackhide__ = True
+    from pytest_aoti.benchmark.rule import Verdict
+
+    record = _record(item, benchmark, figures, judgment)
+    item.add_report_section("call", f"aoti benchmark {benchmark}", f"{_describe(record)}\n{judgment.text}")
+    if judgment.verdict is Verdict.SLOWER:
+        _fail(f"aoti_benchmark: {benchmark}: slower than the baseline: {judgment.text}")
+    return BenchmarkResult(figures, judgment, _baseline_file(item), benchmark)
+
+
+def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgment) -> dict[str, Any]:
+    record = {
+        "test": item.nodeid,
+        "benchmark": benchmark,
+        "device": figures.device,
+        "median_s": figures.median,
+        "iqr_s": figures.iqr,
+        "blocks": len(figures.package),
+        "speedup_vs_eager": figures.speedup,
+        "load_s": figures.load_seconds,
+        "load_memory_bytes": figures.load_memory_bytes,
+        "run_memory_bytes": figures.run_memory_bytes,
+        "package_bytes": figures.package_bytes,
+        "baseline": judgment.verdict.value,
+        "vs_baseline": judgment.normalized,
+        "package_vs_baseline": judgment.package,
+        "eager_vs_baseline": judgment.eager,
+        "calibration_vs_baseline": judgment.calibration,
+        "spread_bound": judgment.bound,
+        "baseline_runs": judgment.baseline_runs,
+        "comparison": judgment.text,
+    }
+    normalized = judgment.normalized
+    item.user_properties.extend(
+        [
+            ("aoti_latency_ms", f"{figures.median * 1e3:.4g}"),
+            ("aoti_latency_iqr_ms", f"{figures.iqr * 1e3:.4g}"),
+            ("aoti_vs_baseline", f"{normalized:.3f}" if normalized is not None else judgment.verdict.value),
+            ("aoti_speedup_vs_eager", f"{figures.speedup:.3f}"),
+            ("aoti_load_ms", f"{figures.load_seconds * 1e3:.4g}"),
+            ("aoti_memory", _memory_cell(record)),
+            (RECORD_PROPERTY, json.dumps(record)),
+        ]
+    )
+    return record
+
+
+def _describe(record: dict[str, Any]) -> str:
+    return (
+        f"median {record['median_s'] * 1e3:.3g} ms (IQR {record['iqr_s'] * 1e3:.2g} ms, {record['blocks']} blocks), "
+        f"{record['speedup_vs_eager']:.2f}x eager, load {record['load_s'] * 1e3:.3g} ms, package "
+        f"{record['package_bytes'] / 2**20:.1f} MiB"
+    )
 
 
 @dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
 class BenchmarkTracker:
-    """In the session the user started: the summary table and ``--aoti-benchmark-json``."""
+    """In the session the user started, in runs with benchmarks: the summary table and ``--aoti-benchmark-json``."""
 
     config: pytest.Config
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -227,22 +463,30 @@ class BenchmarkTracker:
         terminalreporter.write_sep("=", "aoti benchmarks")
         for line in summary_table(self.records):
             terminalreporter.write_line(line)
+        for record in self.records:
+            if record["baseline"] in ("not judged", "recorded"):
+                terminalreporter.write_line(f"{record['benchmark']}: {record['comparison']}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        target = self.config.stash[settings_key].benchmark_json
-        if target is None or hasattr(self.config, "workerinput"):
+        target = self.config.stash[settings_key].json_path
+        if target is None:
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps({"benchmarks": self.records}, indent=1) + "\n")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps({"benchmarks": self.records}, indent=1) + "\n")
+        except OSError as error:  # checked at start; the disk may have changed since
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"--aoti-benchmark-json: could not write {target}: {error}", red=True)
 
 
 def summary_table(records: list[dict[str, Any]]) -> list[str]:
-    rows = [("test", "latency", "vs baseline", "vs eager", "load", "memory")]
+    rows = [("benchmark", "latency", "vs baseline", "vs eager", "load", "memory")]
     for record in records:
         ratio = record["vs_baseline"]
         rows.append(
             (
-                record["test"],
+                f"{record['test'].split('::', 1)[0]}::{record['benchmark']}",
                 f"{record['median_s'] * 1e3:.3g} ms ± {record['iqr_s'] * 1e3:.2g}",
                 f"{ratio:.2f}x" + (" SLOWER" if record["baseline"] == "slower" else "")
                 if ratio is not None

@@ -1,0 +1,181 @@
+"""The fail rule, on plain numbers: a run of a benchmark against the last runs recorded on this machine.
+
+Each run is summarized by its **normalized latency**: the median, over its rounds, of the package's block time over
+the calibration's block time in the same round (:mod:`pytest_aoti.benchmark.timing`). A machine that got slower
+(load, clocks, placement) slows both; a package that got slower slows only the package. Runs, not blocks, are the
+sample: the baseline keeps the last K runs, each its own process, and the spread between them is what a new run is
+held against. A run fails only when both hold:
+
+- its normalized latency is more than the tolerance above the baseline runs' geometric mean;
+- it lies above the upper bound of a one-sided 99 % prediction interval for one more run, from the baseline runs'
+  normalized latencies on a log scale (Student's t, SciPy: ``mean + t(0.99, k-1) * sd * sqrt(1 + 1/k)``).
+
+A run that cannot be judged says why and passes: too few blocks, a calibration that moved more than the tolerance
+within the run (first half against second half), no baseline, or a baseline of one run (no spread yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_aoti.benchmark.timing import MIN_BLOCKS, Figures
+
+CONFIDENCE = 0.99  # of the prediction interval a run must lie above to fail
+MIN_BASELINE_RUNS = 2  # a spread between runs needs two of them
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of one benchmark: block times (seconds per call) of the package, eager and the calibration, aligned
+    by round; what it ran with; and which pytest run it was (runs of one session replace each other)."""
+
+    package: tuple[float, ...]
+    eager: tuple[float, ...]
+    calibration: tuple[float, ...]
+    torch: str = ""
+    package_key: str | None = None
+    run_id: str = ""
+
+    @classmethod
+    def of(cls, figures: Figures, *, torch: str, package_key: str | None, run_id: str) -> Run:
+        return cls(tuple(figures.package), tuple(figures.eager), tuple(figures.calibration), torch, package_key, run_id)
+
+    @property
+    def normalized(self) -> float:
+        """The median over rounds of package time over calibration time."""
+        return statistics.median(p / c for p, c in zip(self.package, self.calibration, strict=True))
+
+
+class Verdict(enum.Enum):
+    RECORDED = "recorded"
+    PASSED = "ok"
+    SLOWER = "slower"
+    NOT_JUDGED = "not judged"
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """How a run compares with its baseline. Ratios are this run over the baseline's; ``bound`` is the normalized
+    ratio above which the run lies outside the baseline's between-run spread."""
+
+    verdict: Verdict
+    text: str
+    normalized: float | None = None
+    package: float | None = None
+    eager: float | None = None
+    calibration: float | None = None
+    bound: float | None = None
+    baseline_runs: int = 0
+
+
+def calibration_drift(run: Run) -> float:
+    """The calibration's median in the second half of the run over the first half's."""
+    half = len(run.calibration) // 2
+    return statistics.median(run.calibration[half:]) / statistics.median(run.calibration[:half])
+
+
+def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
+    """Why this run says nothing about the package, whatever the baseline; None when it can be judged."""
+    if len(run.package) < MIN_BLOCKS:
+        return (
+            f"too few blocks ({len(run.package)} of the {MIN_BLOCKS} a run needs): one call takes too long for "
+            f"a min run time of {min_run_time:g} s; raise it (--aoti-benchmark-min-time or min_run_time=)"
+        )
+    drift = calibration_drift(run)
+    if max(drift, 1 / drift) > 1 + tolerance:
+        return (
+            f"the calibration itself ran {_times(drift)} in the second half of this run than in the first "
+            f"(tolerance {tolerance:.0%}): the machine changed under the measurement"
+        )
+    return None
+
+
+def _median_of_medians(runs: Sequence[Run], side: str) -> float:
+    return float(statistics.median(statistics.median(getattr(run, side)) for run in runs))
+
+
+def _upper_bound(levels: list[float]) -> float:
+    """exp of the one-sided prediction interval's upper bound for one more log-level, over the levels' mean."""
+    from scipy.stats import t as student_t
+
+    count = len(levels)
+    quantile = float(student_t.ppf(CONFIDENCE, count - 1))
+    return math.exp(quantile * statistics.stdev(levels) * math.sqrt(1 + 1 / count))
+
+
+def judge(run: Run, baseline: Sequence[Run], tolerance: float, min_run_time: float) -> Judgment:
+    """This run against the baseline's runs of the same benchmark on the same machine (see the module's rule)."""
+    reason = unjudgeable(run, tolerance, min_run_time)
+    if reason is not None:
+        return Judgment(Verdict.NOT_JUDGED, f"not judged: {reason}")
+    if not baseline:
+        return Judgment(Verdict.NOT_JUDGED, "not judged: no baseline for this machine (record runs with "
+                        "--aoti-benchmark-update, each its own pytest run)")  # fmt: skip
+    if len(baseline) < MIN_BASELINE_RUNS:
+        return Judgment(
+            Verdict.NOT_JUDGED,
+            f"not judged: the baseline has {len(baseline)} run, and the spread between runs needs "
+            f"{MIN_BASELINE_RUNS}: record another with --aoti-benchmark-update",
+            baseline_runs=len(baseline),
+        )
+    levels = [math.log(old.normalized) for old in baseline]
+    normalized = math.exp(math.log(run.normalized) - statistics.fmean(levels))
+    bound = _upper_bound(levels)
+    judgment = Judgment(
+        Verdict.SLOWER if normalized > 1 + tolerance and normalized > bound else Verdict.PASSED,
+        "",
+        normalized=normalized,
+        package=statistics.median(run.package) / _median_of_medians(baseline, "package"),
+        eager=statistics.median(run.eager) / _median_of_medians(baseline, "eager"),
+        calibration=statistics.median(run.calibration) / _median_of_medians(baseline, "calibration"),
+        bound=bound,
+        baseline_runs=len(baseline),
+    )
+    return _with_text(judgment, tolerance, _changes(run, baseline[-1]))
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+
+
+def machine_moved(judgment: Judgment, tolerance: float) -> str | None:
+    """``this machine ran the calibration 1.80x slower than when the baseline was recorded; normalized, the package
+    is 1.02x (pass)``, when the calibration moved more than the tolerance since the baseline."""
+    moved = judgment.calibration
+    if moved is None or judgment.normalized is None or max(moved, 1 / moved) <= 1 + tolerance:
+        return None
+    outcome = "FAIL" if judgment.verdict is Verdict.SLOWER else "pass"
+    return (
+        f"this machine ran the calibration {_times(moved)} than when the baseline was recorded; normalized, "
+        f"the package is {judgment.normalized:.2f}x ({outcome})"
+    )
+
+
+def _with_text(judgment: Judgment, tolerance: float, changes: list[str]) -> Judgment:
+    assert judgment.normalized is not None and judgment.bound is not None
+    text = (
+        f"normalized by the calibration, {judgment.normalized:.2f}x the baseline's median (package "
+        f"{judgment.package:.2f}x, eager {judgment.eager:.2f}x, calibration {judgment.calibration:.2f}x); fails "
+        f"above {1 + tolerance:.2f}x (tolerance {tolerance:.0%}) and above {judgment.bound:.2f}x (the spread of "
+        f"{judgment.baseline_runs} baseline runs, {CONFIDENCE:.0%} prediction bound)"
+    )
+    moved = machine_moved(judgment, tolerance)
+    if moved is not None:
+        text = f"{moved}: {text}"
+    if changes:
+        text += "; since the baseline: " + ", ".join(changes)
+    return dataclasses.replace(judgment, text=text)
+
+
+def _changes(run: Run, last: Run) -> list[str]:
+    changed = []
+    if last.torch and run.torch and last.torch != run.torch:
+        changed.append(f"torch {last.torch} → {run.torch}")
+    if last.package_key and run.package_key and last.package_key != run.package_key:
+        changed.append("the package changed (model, weights or compile options)")
+    return changed
