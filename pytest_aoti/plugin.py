@@ -19,10 +19,15 @@ from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TE
 from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
-from pytest_aoti.verify import plugin as verify_plugin
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
-pytest_plugins = ["pytest_aoti.pictures.plugin", "pytest_aoti.benchmark.plugin", "pytest_aoti.snapshots.plugin"]
+pytest_plugins = [
+    "pytest_aoti.pictures.plugin",
+    "pytest_aoti.benchmark.plugin",
+    "pytest_aoti.snapshots.plugin",
+    "pytest_aoti.verify.plugin",
+    "pytest_aoti.deploy.plugin",
+]
 
 one_worker_key = pytest.StashKey[bool]()
 
@@ -59,7 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     config.pluginmanager.register(cache_plugin, "aoti-cache")
-    config.pluginmanager.register(verify_plugin, "aoti-verify")
     if in_child:
         from pytest_aoti.debug.child_session import ChildSession
 

@@ -47,14 +47,6 @@ FLAKY_RERUNS_DESC = (
     "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
     f"(default {DEFAULT_FLAKY_RERUNS}, at most {MAX_FLAKY_RERUNS}; 0: no extra runs)"
 )
-VERIFY_DESC = (
-    "collect .pt2 packages given as arguments (or found in given directories) as tests: each is loaded here and "
-    "checked against its bundled inputs and golden outputs (built with aoti_compile(..., bundle_io=True))"
-)
-DEPLOY_CHECK_DESC = (
-    "check that every package the aoti fixtures build runs stand-alone: in a fresh interpreter, from an empty "
-    "directory, with an empty Inductor cache and without the tests' directories on sys.path"
-)
 CACHE_MAX_MB_DESC = "size cap of the package cache in MiB; least-recently-used packages go first (default 2048)"
 CACHE_URL_ENV = "PYTEST_AOTI_CACHE_URL"
 CACHE_SECRET_ENV = "PYTEST_AOTI_CACHE_SECRET"
@@ -104,8 +96,6 @@ class Settings:
     cache_max_bytes: int
     remote_cache: RemoteSettings | None = None
     remote_cache_off: str | None = None  # why a remote cache the user named is not used (the header says it)
-    verify: bool = False
-    deploy_check: bool = False
     crash_guard: CrashGuard = CrashGuard.NONE
     # Why children cannot run this session's tests (plugin objects passed to pytest.main, --pdb/--trace); None: they can
     no_children_reason: str | None = None
@@ -156,8 +146,6 @@ def add_options(parser: pytest.Parser) -> None:
     option("cache-url", CACHE_URL_DESC, default="")
     option("cache-readonly", CACHE_READONLY_DESC, flag=True, ini_type="bool", default=False)
     option("cache-unsigned", CACHE_UNSIGNED_DESC, flag=True, ini_type="bool", default=False)
-    option("verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
-    option("deploy-check", DEPLOY_CHECK_DESC, flag=True, ini_type="bool", default=False)
 
 
 def _value(config: pytest.Config, name: str) -> tuple[Any, str]:
@@ -228,8 +216,6 @@ def resolve(config: pytest.Config) -> Settings:
         cache_clear=bool(config.getoption("aoti_cache_clear")),
         cache_max_bytes=int(_positive_number(cap_raw, cap_source, what="a size in MiB", integer=True)) * 2**20,
         **_remote_cache(config),
-        verify=bool(_value(config, "verify")[0]),
-        deploy_check=bool(_value(config, "deploy-check")[0]),
     )
     debugger = _debugger_option(config)
     if (settings.debug or settings.isolate) and debugger:
@@ -346,38 +332,6 @@ def _aoti_signature(
 ) -> None: ...
 
 
-def _aoti_deploy_signature(
-    *,
-    standalone: bool = False,
-    threads: int = 0,
-    calls: int = 4,
-    num_runners: int = 4,
-    weights: bool = False,
-    cuda_graph: bool = False,
-    probe_dims: bool = False,
-    device_matrix: bool = False,
-) -> None: ...
-
-
-@dataclass(frozen=True)
-class DeployRequest:
-    """Which deployment checks run on each package a test builds (``@pytest.mark.aoti_deploy``)."""
-
-    standalone: bool = False
-    threads: int = 0  # 0: no concurrency check
-    calls: int = 4
-    num_runners: int = 4
-    weights: bool = False  # swap the weights through load_constants and back
-    cuda_graph: bool = False  # capture into a CUDA graph (run_single_threaded=True) and replay
-    probe_dims: bool = False  # each dynamic dim at min, max, 1 and 2 against eager
-    device_matrix: bool = False  # loaded and run on every visible GPU, in a fresh interpreter each
-
-    @property
-    def any(self) -> bool:
-        checks = (self.standalone, self.threads, self.weights, self.cuda_graph, self.probe_dims, self.device_matrix)
-        return any(checks)
-
-
 MARKERS = {
     "aoti_ima": "aoti_ima(*, timeout=None, env=None, kernels=(), stages=None): when the test fails, rerun it alone "
     "in a fresh interpreter under PyTorch's AOTI debugging environment and report the suspect kernel; stages "
@@ -386,12 +340,6 @@ MARKERS = {
     "and 'minify' (the repro bundle's graph shrunk to the fewest failing nodes)",
     "aoti_isolate": "aoti_isolate(*, timeout=None): run the test in a fresh subprocess, so a crash fails only "
     "this test",
-    "aoti_deploy": "aoti_deploy(*, standalone=False, threads=0, calls=4, num_runners=4, weights=False, "
-    "cuda_graph=False, probe_dims=False, device_matrix=False): check each package the test builds as it will be "
-    "deployed: stand-alone in a fresh interpreter (standalone=True; every package with --aoti-deploy-check), from "
-    "`threads` threads x `calls` calls with num_runners runners, a weight swap through load_constants and back "
-    "(weights=True), a CUDA graph capture and replay (cuda_graph=True), each dynamic dim at its min, max, 1 and 2 "
-    "against eager (probe_dims=True), on every visible GPU, loaded with each device_index (device_matrix=True)",
     "aoti": "aoti(*, allow_nonfinite=False, restride_inputs=False, allow_out_of_range=False): per-test settings of "
     "the aoti fixtures: accept NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones "
     "instead of failing; let embedding indices outside the table reach the package (whose bounds check aborts)",
@@ -400,7 +348,6 @@ _SIGNATURES: dict[str, Callable[..., None]] = {
     "aoti_ima": _aoti_ima_signature,
     "aoti_isolate": _aoti_isolate_signature,
     "aoti": _aoti_signature,
-    "aoti_deploy": _aoti_deploy_signature,
 }
 AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
@@ -415,7 +362,6 @@ class ItemSettings:
     allow_nonfinite: bool
     restride_inputs: bool
     allow_out_of_range: bool = False
-    deploy: DeployRequest = DeployRequest()
 
 
 def marker_arguments(item: pytest.Item, name: str) -> dict[str, Any] | None:
@@ -533,7 +479,6 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
         isolate_reason = None
     aoti_args = marker_arguments(item, "aoti") or {}
     where = f"{item.nodeid}: @pytest.mark.aoti"
-    deploy = _deploy_request(item, settings)
     return ItemSettings(
         debug=debug,
         isolate_reason=isolate_reason,
@@ -541,7 +486,6 @@ def resolve_item(item: pytest.Item, settings: Settings) -> ItemSettings:
         allow_nonfinite=_flag(aoti_args.get("allow_nonfinite", False), where, "allow_nonfinite"),
         restride_inputs=_flag(aoti_args.get("restride_inputs", False), where, "restride_inputs"),
         allow_out_of_range=_flag(aoti_args.get("allow_out_of_range", False), where, "allow_out_of_range"),
-        deploy=deploy,
     )
 
 
@@ -551,29 +495,6 @@ def _isolate_timeout(marked: float | None, debug: DebugRequest | None, settings:
     if marked is not None:
         return marked
     return debug.timeout if debug is not None else settings.rerun_timeout
-
-
-def _count_argument(value: Any, where: str, name: str, *, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise pytest.UsageError(f"{where}: {name}= expected a whole number >= {least}, got {value!r}")
-    return value
-
-
-def _deploy_request(item: pytest.Item, settings: Settings) -> DeployRequest:
-    args = marker_arguments(item, "aoti_deploy")
-    if args is None:
-        return DeployRequest(standalone=settings.deploy_check)
-    where = f"{item.nodeid}: @pytest.mark.aoti_deploy"
-    return DeployRequest(
-        standalone=_flag(args["standalone"], where, "standalone") or settings.deploy_check,
-        threads=_count_argument(args["threads"], where, "threads", least=0),
-        calls=_count_argument(args["calls"], where, "calls", least=1),
-        num_runners=_count_argument(args["num_runners"], where, "num_runners", least=1),
-        weights=_flag(args["weights"], where, "weights"),
-        cuda_graph=_flag(args["cuda_graph"], where, "cuda_graph"),
-        probe_dims=_flag(args["probe_dims"], where, "probe_dims"),
-        device_matrix=_flag(args["device_matrix"], where, "device_matrix"),
-    )
 
 
 settings_key = pytest.StashKey[Settings]()

@@ -11,10 +11,12 @@ PACKAGE...`` and ``pytest --aoti-verify PACKAGE...`` run it.
 from __future__ import annotations
 
 import argparse
+import getpass
 import importlib
 import json
+import math
 import os
-import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -27,32 +29,19 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from pytest_aoti.core.bundled_io import FORMAT, IO_MEMBER, archive_root, write_bundled_io
 from pytest_aoti.core.compiler import one_line
+from pytest_aoti.core.environment import environment, environment_diff
 from pytest_aoti.core.errors import AOTICompileError, AOTIVerifyError
-from pytest_aoti.core.invariants import (
-    check_inputs,
-    check_outputs,
-    literal_value,
-    program_spec,
-    spec_from_json,
-    spec_to_json,
-)
+from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
+from pytest_aoti.core.processes import signal_name
 from pytest_aoti.snapshots import golden as snapshots
 
-IO_MEMBER = "pytest_aoti/io.safetensors"
-FORMAT = "pytest-aoti bundled io 1"
+__all__ = ["IO_MEMBER", "Verified", "bundle_io", "main", "verify_in_child", "verify_package", "write_bundled_io"]
+
 BUILD_HINT = (
     "build it with aoti_compile(..., bundle_io=True) or pytest_aoti.verify.bundle_io(package, exported_program, args)"
 )
-
-
-def _archive_root(names: Sequence[str]) -> str | None:
-    """The archive's root dir (``model/``), where ``data/aotinductor/`` marks an AOTI package."""
-    for name in names:
-        root, _, rest = name.partition("/")
-        if rest.startswith("data/aotinductor/"):
-            return root
-    return None
 
 
 def bundle_io(
@@ -90,61 +79,20 @@ def _device_of(args: Any, kwargs: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def write_bundled_io(
-    source: Path,
-    target: Path,
-    exported_program: ExportedProgram,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    outputs: Any,
-    device_type: str,
-    package_key: str | None = None,
-) -> None:
-    """Copy ``source`` to ``target`` with the I/O member (re)written; ``target`` appears whole or not at all."""
-    from safetensors.torch import save
+def bundle_built(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any], package_dir: Path) -> None:
+    """``aoti_compile(..., bundle_io=True)``: the package's outputs on the example inputs (its invariants checked),
+    bundled into a copy to ship, which becomes ``compiled.package_path``."""
+    from pytest_aoti.core.compiler import copied_inputs
 
-    flat_inputs, in_spec = pytree.tree_flatten((tuple(args), kwargs))
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, str] = {}
-    strides: dict[str, list[int]] = {}
-    for index, leaf in enumerate(flat_inputs):
-        if isinstance(leaf, torch.Tensor):
-            tensors[f"input.{index}"] = leaf.detach().cpu().contiguous()
-            strides[str(index)] = list(leaf.stride())
-        else:
-            scalars[str(index)] = repr(leaf)
-    for index, leaf in enumerate(pytree.tree_leaves(outputs)):
-        if isinstance(leaf, torch.Tensor):
-            tensors[f"output.{index}"] = leaf.detach().cpu().contiguous()
-    metadata = {
-        "format": FORMAT,
-        "device": device_type,
-        "in_spec": pytree.treespec_dumps(in_spec),
-        "scalars": json.dumps(scalars),
-        "strides": json.dumps(strides),
-        "outputs": str(len(pytree.tree_leaves(outputs))),
-        "spec": json.dumps(spec_to_json(program_spec(exported_program))),
-        "environment": json.dumps(snapshots.environment(device_type, package_key)),
-    }
-    payload = save(tensors, metadata=metadata)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".pt2", dir=target.parent)
-    os.close(handle)
-    snapshots.readable_as_umask_allows(partial)
-    try:
-        with zipfile.ZipFile(source) as reader, zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as writer:
-            root = _archive_root(reader.namelist())
-            if root is None:
-                raise AOTIVerifyError(f"{source}: not an AOTI package (no data/aotinductor/ in the archive)")
-            for info in reader.infolist():
-                if info.filename != f"{root}/{IO_MEMBER}":
-                    with reader.open(info) as member, writer.open(info, "w") as copy:
-                        shutil.copyfileobj(member, copy, 1 << 20)
-            writer.writestr(f"{root}/{IO_MEMBER}", payload)
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+    outputs = compiled.call(copied_inputs(args), copied_inputs(kwargs))
+    stem = compiled.package_path.stem
+    # A package from the cache is named by its key, which changes with the model, weights and options: recorded.
+    key = stem if len(stem) == 64 and all(c in "0123456789abcdef" for c in stem) else None
+    bundled = package_dir / f"{stem[:16]}.bundled.pt2"
+    write_bundled_io(
+        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type, key
+    )
+    compiled.package_path = bundled
 
 
 @dataclass(frozen=True)
@@ -160,13 +108,15 @@ def _read_io(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The bundled tensors and metadata, or a clear error for a file that is not a package with bundled I/O."""
     from safetensors.torch import load
 
+    if path.is_symlink() and not path.exists():
+        raise AOTIVerifyError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
     if not path.exists():
         raise AOTIVerifyError(f"{path}: no such file")
     if not path.is_file():
         raise AOTIVerifyError(f"{path}: not a file")
     try:
         with zipfile.ZipFile(path) as archive:
-            root = _archive_root(archive.namelist())
+            root = archive_root(archive.namelist())
             if root is None:
                 raise AOTIVerifyError(f"{path}: not an AOTI package (no data/aotinductor/ in the archive)")
             broken = archive.testzip()
@@ -187,11 +137,22 @@ def _read_io(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return load(payload), metadata
 
 
+def parse_device(value: str) -> torch.device:
+    """``value`` as a torch device, or a ValueError that says what a device looks like."""
+    try:
+        return torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"unknown device {value!r}; expected cpu, cuda or cuda:N") from None
+
+
 def _run_device(path: Path, metadata: dict[str, str], device: str | None) -> torch.device:
     built_for = metadata["device"]
     recorded = json.loads(metadata["environment"])
     if device:
-        wanted = torch.device(device)
+        try:
+            wanted = parse_device(device)
+        except ValueError as error:
+            raise AOTIVerifyError(f"{path}: {error}") from None
     elif built_for == "cuda":
         # The current GPU: cuda:0, or the one an xdist worker took. Without CUDA the check below says so.
         wanted = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
@@ -220,21 +181,32 @@ def _inputs(tensors: dict[str, torch.Tensor], metadata: dict[str, str], device: 
     return flat, in_spec
 
 
+def tolerance(value: Any, name: str) -> float | None:
+    """``value`` as a tolerance: None, or a finite number >= 0 (NaN would pass every comparison)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise AOTIVerifyError(f"{name}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def verify_package(
     package: str | os.PathLike[str], *, device: str | None = None, rtol: float | None = None, atol: float | None = None
 ) -> Verified:
-    """Load ``package`` on this machine, run its bundled inputs through its invariants and compare its outputs
+    """Load ``package`` in this process, run its bundled inputs through its invariants and compare its outputs
     with the bundled golden outputs (tolerances by dtype unless given). Raises :class:`AOTIVerifyError`, naming
-    the file, for anything that does not hold."""
+    the file, for anything that does not hold. A package is foreign code that can crash the process that loads it:
+    :func:`verify_in_child` loads it in a child instead."""
     from pytest_aoti.core.compiler import load_package
 
+    rtol, atol = tolerance(rtol, "rtol"), tolerance(atol, "atol")
     path = Path(package)
     tensors, metadata = _read_io(path)
     run_device = _run_device(path, metadata, device)
     spec = spec_from_json(json.loads(metadata["spec"]))
     flat, in_spec = _inputs(tensors, metadata, run_device)
     recorded = json.loads(metadata["environment"])
-    changed = snapshots.environment_diff(recorded, snapshots.environment(run_device.type))
+    changed = environment_diff(recorded, environment(run_device.type))
     env_line = "environment diff (recorded → now): " + ("; ".join(changed) if changed else "none")
     with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as extract:
         try:
@@ -261,13 +233,13 @@ def verify_package(
     found = _differences(leaves, tensors, int(metadata["outputs"]), rtol, atol)
     if found:
         raise AOTIVerifyError("\n".join([f"{path}: outputs differ from the bundled golden outputs:", *found, env_line]))
-    tolerance = f"rtol={rtol:g}, atol={atol:g}" if rtol is not None and atol is not None else "dtype defaults"
+    given = f"rtol={rtol:g}, atol={atol:g}" if rtol is not None and atol is not None else "dtype defaults"
     return Verified(
         path,
         str(run_device),
         (
             f"{len(flat)} input(s) and {len(leaves)} output(s) hold the package's invariants; outputs match the "
-            f"bundled golden outputs ({tolerance})",
+            f"bundled golden outputs ({given})",
             f"recorded with torch {recorded.get('torch')} on {recorded.get('gpu') or recorded.get('cpu')}",
             env_line,
         ),
@@ -294,16 +266,107 @@ def _differences(
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# Generous: a child loads one package and runs it once. Past this, the package hangs; the check must still end.
+CHILD_TIMEOUT = 900.0
+
+
+def verify_in_child(
+    package: str | os.PathLike[str],
+    *,
+    device: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    imports: Sequence[str] = (),
+) -> Verified:
+    """:func:`verify_package` in a fresh interpreter (``python -m pytest_aoti.verify``), so that a package that
+    crashes the process loading it (a garbage library with valid zip checksums) fails as that file, naming the
+    signal. What needs no load (the archive, its bundled I/O, the device) is checked here first. The child's temp
+    files, a crashed load's extraction included, go with a temp dir of this process's."""
+    rtol, atol = tolerance(rtol, "rtol"), tolerance(atol, "atol")
+    path = Path(package)
+    _, metadata = _read_io(path)
+    run_device = _run_device(path, metadata, device)
+    with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as scratch:
+        result = Path(scratch) / "result.json"
+        command = [
+            sys.executable,
+            *(["-P"] if sys.flags.safe_path else []),
+            "-m",
+            "pytest_aoti.verify",
+            f"--result-file={result}",
+            f"--device={run_device}",
+            *([f"--rtol={rtol!r}", f"--atol={atol!r}"] if rtol is not None and atol is not None else []),
+            *(f"--import={module}" for module in imports),
+            str(path),
+        ]
+        try:
+            run = subprocess.run(
+                command, env=_child_env(scratch), capture_output=True, text=True, timeout=CHILD_TIMEOUT
+            )
+        except subprocess.TimeoutExpired:
+            raise AOTIVerifyError(
+                f"{path}: no result within {CHILD_TIMEOUT:g} s: loading or running the package hangs"
+            ) from None
+        return _child_verdict(path, run, result)
+
+
+def _child_env(scratch: str) -> dict[str, str]:
+    """This process's environment with the child's temp files in ``scratch``, and Inductor's cache where it was."""
+    env = dict(os.environ)
+    # Inductor's default cache is under TMPDIR: a package the loader hands to Inductor reuses this machine's.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+    env["TMPDIR"] = scratch
+    return env
+
+
+def _child_verdict(path: Path, run: subprocess.CompletedProcess[str], result: Path) -> Verified:
+    if result.exists():
+        answer = json.loads(result.read_text())
+        if "error" in answer:
+            raise AOTIVerifyError(answer["error"])
+        return Verified(path, answer["device"], tuple(answer["lines"]))
+    said = (run.stderr.strip() or run.stdout.strip()).splitlines()
+    last = f": {said[-1]}" if said else ""
+    if run.returncode < 0:
+        raise AOTIVerifyError(
+            f"{path}: the package crashed the process that loaded and ran it ({signal_name(-run.returncode)}){last}"
+        )
+    raise AOTIVerifyError(f"{path}: its check ended with exit status {run.returncode} and no result{last}")
+
+
+def _tolerance_argument(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _device_argument(text: str) -> str:
+    try:
+        return str(parse_device(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_aoti.verify",
-        description="Check AOTI packages built with bundled I/O on this machine: load each, run its sample inputs "
-        "through its invariants, and compare its outputs with its golden outputs.",
+        description="Check AOTI packages built with bundled I/O on this machine: load each in a fresh interpreter, "
+        "run its sample inputs through its invariants, and compare its outputs with its golden outputs.",
     )
-    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".pt2 files built with bundle_io")
-    parser.add_argument("--device", help="device to run on (default: the package's own: cpu, or the current GPU)")
-    parser.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default by dtype)")
-    parser.add_argument("--atol", type=float, help="absolute tolerance (with --rtol; default by dtype)")
+    parser.add_argument(
+        "packages", nargs="+", metavar="PACKAGE", help=".pt2 files built with bundle_io, or directories holding them"
+    )
+    parser.add_argument(
+        "--device",
+        type=_device_argument,
+        help="device to run on (default: the package's own: cpu, or the current GPU)",
+    )
+    parser.add_argument("--rtol", type=_tolerance_argument, help="relative tolerance (with --atol; default by dtype)")
+    parser.add_argument("--atol", type=_tolerance_argument, help="absolute tolerance (with --rtol; default by dtype)")
     parser.add_argument(
         "--import",
         dest="imports",
@@ -312,6 +375,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MODULE",
         help="a module to import first, e.g. the one registering the package's custom ops (repeatable)",
     )
+    # The child that loads one package (verify_in_child): it verifies in its own process and writes its answer here.
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    return parser
+
+
+def package_files(argument: str) -> list[Path]:
+    """The package ``argument`` names, or a directory's ``.pt2`` files (below it, sorted), a broken link among them
+    too, which the check then names."""
+    path = Path(argument)
+    if not path.is_dir():
+        return [path]
+    found = sorted(entry for entry in path.rglob("*.pt2") if entry.is_symlink() or entry.is_file())
+    if not found:
+        raise AOTIVerifyError(f"{path}: a directory without .pt2 packages")
+    return found
+
+
+def _verify_and_print(package: Path, options: argparse.Namespace) -> bool:
+    """Whether ``package`` verified; its lines, or its failure, printed."""
+    try:
+        verified = verify_in_child(
+            package, device=options.device, rtol=options.rtol, atol=options.atol, imports=options.imports
+        )
+    except AOTIVerifyError as error:
+        print(f"FAILED {error}", flush=True)
+        return False
+    print(f"ok {verified.path} on {verified.device}", flush=True)
+    for line in verified.lines:
+        print(f"  {line}", flush=True)
+    return True
+
+
+def _answer_as_child(options: argparse.Namespace) -> int:
+    """Verify the one package in this process and write the answer (or the error) as JSON."""
+    (package,) = options.packages
+    try:
+        verified = verify_package(package, device=options.device, rtol=options.rtol, atol=options.atol)
+        answer: dict[str, Any] = {"device": verified.device, "lines": list(verified.lines)}
+    except AOTIVerifyError as error:
+        answer = {"error": str(error)}
+    Path(options.result_file).write_text(json.dumps(answer))
+    return 1 if "error" in answer else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     options = parser.parse_args(argv)
     if (options.rtol is None) != (options.atol is None):
         parser.error("--rtol and --atol: give both or neither")
@@ -321,19 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as error:  # whatever the user's module raises: one line, then stop
             print(f"FAILED --import {module}: {type(error).__name__}: {error}")
             return 2
+    if options.result_file:
+        return _answer_as_child(options)
     failed = 0
-    for package in options.packages:
+    for argument in options.packages:
         try:
-            verified = verify_package(package, device=options.device, rtol=options.rtol, atol=options.atol)
+            packages = package_files(argument)
         except AOTIVerifyError as error:
             failed += 1
-            print(f"FAILED {error}")
+            print(f"FAILED {error}", flush=True)
             continue
-        print(f"ok {verified.path} on {verified.device}")
-        for line in verified.lines:
-            print(f"  {line}")
+        failed += sum(not _verify_and_print(package, options) for package in packages)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

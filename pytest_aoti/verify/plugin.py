@@ -1,12 +1,17 @@
 """``pytest --aoti-verify PACKAGE...``: one test item per ``.pt2`` package, which verifies it on this machine against
-its bundled inputs and golden outputs (``bundled.verify_package``). No test file or model source is
-needed; JUnit and the summary work as for any test. Importing this module does not import torch."""
+its bundled inputs and golden outputs, loading it in a fresh interpreter (``bundled.verify_in_child``: a package that
+crashes its loader fails as that file). No test file or model source is needed; JUnit and the summary work as for
+any test. Also the builder keyword ``bundle_io=True`` (``aoti_compile(model, args, bundle_io=True)``), through
+pytest-aoti's build hooks. Importing this module does not import torch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import fnmatch
+import os
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,11 +19,119 @@ from pytest_aoti.core.devices import assigned_device, workerid
 from pytest_aoti.core.errors import AOTIVerifyError
 from pytest_aoti.settings import settings_key
 
+if TYPE_CHECKING:
+    from pytest_aoti.hookspecs import BuiltPackage
+
+VERIFY_DESC = (
+    "collect .pt2 packages given as arguments (or found in given directories, dist/ and build/ included) as tests: "
+    "each is loaded in a fresh interpreter and checked against its bundled inputs and golden outputs (built with "
+    "aoti_compile(..., bundle_io=True))"
+)
+VERIFY_IMPORT_DESC = (
+    "a module the interpreter that verifies a package imports first, e.g. the one registering the package's custom "
+    "ops (repeatable; ini: one per line)"
+)
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    enabled: bool
+    imports: tuple[str, ...]
+
+
+verify_settings_key = pytest.StashKey[VerifySettings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
+    group.addoption("--aoti-verify", action="store_true", default=None, dest="aoti_verify", help=VERIFY_DESC)
+    parser.addini("aoti_verify", VERIFY_DESC, type="bool", default=False)
+    group.addoption(
+        "--aoti-verify-import",
+        action="append",
+        default=None,
+        dest="aoti_verify_import",
+        metavar="MODULE",
+        help=VERIFY_IMPORT_DESC,
+    )
+    parser.addini("aoti_verify_imports", VERIFY_IMPORT_DESC, type="linelist", default=[])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    enabled = config.getoption("aoti_verify")
+    if enabled is None:
+        try:
+            enabled = config.getini("aoti_verify")
+        except ValueError as error:
+            raise pytest.UsageError(f"ini option aoti_verify: {error}; expected true or false") from None
+    imports = config.getoption("aoti_verify_import") or config.getini("aoti_verify_imports")
+    config.stash[verify_settings_key] = VerifySettings(bool(enabled), tuple(imports))
+
+
+def _verifying(config: pytest.Config) -> bool:
+    return config.stash[verify_settings_key].enabled
+
+
+def pytest_aoti_build_options(config: pytest.Config) -> list[str]:
+    return ["bundle_io"]
+
+
+def pytest_aoti_package_built(config: pytest.Config, built: BuiltPackage) -> None:
+    """``bundle_io=True``: the package with its example inputs and outputs bundled in becomes the one the test
+    gets (``compiled.package_path``)."""
+    bundle_io = built.request.feature_options.get("bundle_io", False)
+    if not isinstance(bundle_io, bool):
+        raise TypeError(f"bundle_io: expected True or False, got {type(bundle_io).__name__} {bundle_io!r}")
+    if bundle_io:
+        from pytest_aoti.verify.bundled import bundle_built
+
+        request = built.request
+        bundle_built(built.compiled, tuple(request.args), dict(request.kwargs), request.package_dir)
+
+
+def _holds_packages(directory: Path) -> bool:
+    for _, _, files in os.walk(directory):
+        if any(name.endswith(".pt2") for name in files):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``--aoti-verify``, a directory pytest skips by name (``norecursedirs``: ``dist``, ``build``) is
+    collected when it holds packages: that is where packages are shipped from. ``--ignore`` still applies."""
+    if not _verifying(config) or collection_path.name.startswith(".") or not collection_path.is_dir():
+        return None
+    ignored = [Path(path).resolve() for path in config.getoption("ignore") or ()]
+    ignored_globs = config.getoption("ignore_glob") or ()
+    if collection_path.resolve() in ignored or any(fnmatch.fnmatch(str(collection_path), g) for g in ignored_globs):
+        return None
+    skipped_by_name = any(fnmatch.fnmatch(collection_path.name, pattern) for pattern in config.getini("norecursedirs"))
+    return False if skipped_by_name and _holds_packages(collection_path) else None
+
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix == ".pt2" and parent.config.stash[settings_key].verify:
+    if file_path.suffix == ".pt2" and _verifying(parent.config):
         return PackageFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A ``.pt2`` link whose target is gone is not a file, so pytest passes over it: under ``--aoti-verify`` it is
+    collected, and fails naming the missing target."""
+    report = yield
+    if _verifying(collector.config) and isinstance(collector, pytest.Directory) and report.passed:
+        with os.scandir(collector.path) as entries:
+            broken = sorted(
+                Path(entry.path)
+                for entry in entries
+                if entry.name.endswith(".pt2") and entry.is_symlink() and not os.path.exists(entry.path)
+            )
+        report.result.extend(PackageFile.from_parent(collector, path=path) for path in broken)
+    return report
 
 
 class PackageFile(pytest.File):
@@ -28,10 +141,11 @@ class PackageFile(pytest.File):
 
 class PackageItem(pytest.Item):
     """Verifies one package: a clear failure (naming the file) for a package that is missing, not an AOTI package,
-    corrupted, without bundled I/O, for a device this machine lacks, or whose outputs moved."""
+    corrupted, without bundled I/O, for a device this machine lacks, that crashes its loader, or whose outputs
+    moved."""
 
     def runtest(self) -> None:
-        from pytest_aoti.verify.bundled import verify_package
+        from pytest_aoti.verify.bundled import verify_in_child
 
         settings = self.config.stash[settings_key]
         device = None if settings.device == "auto" else settings.device
@@ -41,7 +155,7 @@ class PackageItem(pytest.Item):
 
             torch.cuda.set_device(assigned)
             device = None if device is None else assigned  # auto: the package's own device type; cuda: this GPU
-        verified = verify_package(self.path, device=device)
+        verified = verify_in_child(self.path, device=device, imports=self.config.stash[verify_settings_key].imports)
         self.user_properties.append(("aoti_verified", f"{verified.device}: {verified.lines[0]}"))
         self.user_properties.append(("aoti_environment_diff", verified.lines[-1]))
         self.add_report_section("call", "aoti verify", "\n".join(verified.lines))
