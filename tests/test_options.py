@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, left_behind
+from tests.conftest import RunPytest, junit_cases, left_behind
 
 
 def test_loading_the_plugin_does_not_import_torch(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -58,14 +58,22 @@ def test_strict_markers_accept_the_aoti_markers(pytester: pytest.Pytester, run_p
 
 
 ISOLATED_LIGHT = """
+import sys
+
 import pytest
+
+@pytest.fixture
+def noisy():
+    print("FIXTURE-SETUP-OUTPUT")
+    yield
+    print("FIXTURE-TEARDOWN-OUTPUT", end="", file=sys.stderr)
 
 @pytest.mark.aoti_isolate
 def test_fails():
     assert 1 == 2
 
 @pytest.mark.aoti_isolate
-def test_prints():
+def test_prints(noisy):
     print("OUTPUT-OF-THE-CHILD")
 """
 
@@ -88,10 +96,16 @@ def test_pytest_options_behave_with_isolated_tests_as_without_the_plugin(
     plan = run_pytest("--setup-plan", "--aoti-isolate")
     assert plan.ret == pytest.ExitCode.OK
     assert "ran in a fresh subprocess" not in plan.stdout.str()
-    # -s shows what the isolated test printed.
+    # -s shows what the isolated test and its fixtures printed, and not the child's own session around it.
     shown = run_pytest("-s", "--aoti-isolate", "-k", "prints")
     shown.assert_outcomes(passed=1)
-    assert "OUTPUT-OF-THE-CHILD" in shown.stdout.str()
+    text = shown.stdout.str()
+    for line in ("FIXTURE-SETUP-OUTPUT", "OUTPUT-OF-THE-CHILD", "FIXTURE-TEARDOWN-OUTPUT"):
+        assert text.count(line) == 1, text
+    assert text.index("FIXTURE-SETUP-OUTPUT") < text.index("OUTPUT-OF-THE-CHILD") < text.index("FIXTURE-TEARDOWN")
+    for session_line in ("test session starts", "rootdir:", "collected 2 items", "1 passed"):
+        assert text.count(session_line) == 1, text
+    assert "[pytest-aoti:test-output" not in text
 
 
 VERDICT_HOOK_CONFTEST = """
@@ -135,3 +149,71 @@ def test_the_verdict_hook_sees_every_verdict(pytester: pytest.Pytester, run_pyte
         ("test_user.py::test_crashes", "crashed"),
         ("test_user.py::test_fails", "failed"),
     ]
+
+
+SIDE_EFFECTS = """
+import os
+
+import pytest
+
+
+@pytest.mark.aoti_ima
+def test_marked_may_crash():
+    os.environ["SET_BY_THE_MARKED_TEST"] = str(os.getpid())
+
+
+def test_later():
+    assert "SET_BY_THE_MARKED_TEST" not in os.environ
+"""
+
+
+def test_a_test_marked_aoti_ima_runs_isolated_and_the_run_says_so(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """A plain run (no --aoti-debug, no -n): a test marked aoti_ima is expected to crash its process, so it runs in
+    a fresh subprocess from the start, and what it changes in its process stays there. The run says so after
+    collection, and the test's report says why it ran elsewhere."""
+    pytester.makepyfile(test_user=SIDE_EFFECTS)
+    result = run_pytest("-rA", "--junitxml=report.xml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "collected 2 items",
+            "aoti: tests that want a debug rerun (marked aoti_ima, or under --aoti-debug; 1 here) run in fresh "
+            "subprocesses from the start, so that a crash fails only that test; what they change in a process*",
+        ]
+    )
+    assert (
+        "ran in a fresh subprocess: debug reruns are on and this session runs tests in-process" in result.stdout.str()
+    )
+    assert set(junit_cases(pytester.path / "report.xml")) == {"test_marked_may_crash", "test_later"}
+    # Nothing marked, nothing said: plain pytest is unchanged.
+    pytester.makepyfile(test_user=SIDE_EFFECTS.replace("@pytest.mark.aoti_ima\n", ""))
+    plain = run_pytest()
+    plain.assert_outcomes(passed=1, failed=1)  # in one process, the first test's change reaches the second
+    assert "want a debug rerun" not in plain.stdout.str()
+
+
+HANGS = """
+import threading
+
+import pytest
+
+
+@pytest.mark.aoti_ima(timeout=3)
+def test_hangs():
+    threading.Event().wait()  # never set: only the timeout ends this test
+"""
+
+
+def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """A test marked ``aoti_ima(timeout=3)`` runs in a fresh subprocess in a plain run: the marker's timeout stops
+    it there (as ``aoti_isolate(timeout=)`` does), and a run that timed out gets no debug rerun that would hang too."""
+    pytester.makepyfile(test_user=HANGS)
+    result = run_pytest("--junitxml=report.xml")
+    result.assert_outcomes(failed=1)
+    case = junit_cases(pytester.path / "report.xml")["test_hangs"]
+    assert case["outcomes"] == ["failure"]
+    text = result.stdout.str()
+    assert "timed out after 3 s in an isolated subprocess (pytest-aoti)" in text, text
+    assert "the isolated run timed out after 3 s; the debug stages would hang the same way" in text, text

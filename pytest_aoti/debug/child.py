@@ -53,6 +53,11 @@ _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIS
 VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
 _UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", VEC_ISA_OK_ENV)
 _KILL_GRACE_SECONDS = 10.0
+# Under -s an isolated child's log holds its whole pytest session (header, collection, summary). The child frames what
+# each phase of the test writes (setup, call, teardown) between these, and the parent shows only that, as pytest -s
+# shows a test's output. Not lines: a test may print without a newline.
+OUTPUT_BEGIN = "[pytest-aoti:test-output-begin]"
+OUTPUT_END = "[pytest-aoti:test-output-end]"
 
 
 @dataclass
@@ -90,6 +95,16 @@ class ChildRun:
     @property
     def log(self) -> str:
         """The child's output; a log that vanished (a tmp cleaner) or cannot be read says so instead."""
+        return self._raw_log().replace(OUTPUT_BEGIN, "").replace(OUTPUT_END, "")
+
+    @property
+    def test_output(self) -> str:
+        """What the test itself wrote under -s: the framed parts of the log. A frame the child never closed (it
+        crashed or timed out in that phase) runs to the end of the log, faulthandler's dump included."""
+        framed = [part.split(OUTPUT_END, 1)[0] for part in self._raw_log().split(OUTPUT_BEGIN)[1:]]
+        return "".join(framed)
+
+    def _raw_log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
         except OSError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
-from pytest_aoti.debug.child import write_report, write_warning
+from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, write_warning
 from pytest_aoti.debug.child_args import without_xdist_group
 from pytest_aoti.fixtures import DebugSinks, debug_sinks_key
 
@@ -43,6 +44,8 @@ class ChildSession:
             numerics_dir=Path(numerics_dir) if numerics_dir else None,
             event_file=report_file,
         )
+        if os.environ.get(CHILD_ENV) == Stage.ISOLATE and config.getoption("capture") == "no":
+            config.pluginmanager.register(FramedTestOutput(), "aoti-framed-test-output")
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the target's file (and the directories on the way to it): a child of a large suite must
@@ -95,6 +98,39 @@ class ChildSession:
         collection walks every object torch, dynamo and Inductor made: ~1 s per child on 2 cores. Frozen objects
         are not walked; the process is about to end, and the parent removes its temp dir."""
         gc.freeze()
+
+
+class FramedTestOutput:
+    """An isolated test under -s: what each phase writes goes between ``OUTPUT_BEGIN`` and ``OUTPUT_END`` in the
+    child's log, written to the file descriptor itself (the log is the child's stdout and stderr), so the parent
+    shows the test's output without the child's session around it. Outermost, so fixtures' output is inside."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self) -> Generator[None, None, None]:
+        return (yield from _framed())
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self) -> Generator[None, None, None]:
+        return (yield from _framed())
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self) -> Generator[None, None, None]:
+        return (yield from _framed())
+
+
+def _framed() -> Generator[None, None, None]:
+    _write_to_log(OUTPUT_BEGIN)
+    try:
+        return (yield)
+    finally:
+        _write_to_log(OUTPUT_END)
+
+
+def _write_to_log(marker: str) -> None:
+    # What Python buffered belongs before the marker (the child runs unbuffered, but a test may swap the streams).
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.write(1, marker.encode())
 
 
 # Options of the parent's that write its files or change its scheduling, and what they become in a child: set
