@@ -482,7 +482,6 @@ _COMPILE_FLAGS = (
     "allow_nonfinite",
     "restride_inputs",
     "allow_out_of_range",
-    "bundle_io",
     "allow_specialized_dims",
 )
 
@@ -510,18 +509,16 @@ def compile_model(
     restride_inputs: bool = False,
     allow_out_of_range: bool = False,
     observers: CallObservers = NO_OBSERVERS,
-    bundle_io: bool = False,
     allow_specialized_dims: bool = False,
 ) -> CompiledModel:
     """Export ``model`` on ``args``/``kwargs``, compile it with AOTInductor into ``package_dir`` (or take it from
     ``cache``), load it, and return a :class:`CompiledModel` that checks its invariants on every call.
 
-    ``bundle_io=True``: ``package_path`` becomes a copy that carries ``args``/``kwargs``, the package's outputs on them
-    and its invariants (``pytest_aoti.verify``). A dim asked to be dynamic that export made static fails before
-    compiling (:func:`specialized_dims`) unless ``allow_specialized_dims=True``."""
+    A dim asked to be dynamic that export made static fails before compiling (:func:`specialized_dims`) unless
+    ``allow_specialized_dims=True``. (Bundled I/O is ``pytest_aoti.verify.bundle_io``'s.)"""
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
-    flags = (strict, allow_nonfinite, restride_inputs, allow_out_of_range, bundle_io, allow_specialized_dims)
+    flags = (strict, allow_nonfinite, restride_inputs, allow_out_of_range, allow_specialized_dims)
     for name, flag in zip(_COMPILE_FLAGS, flags, strict=True):
         check_flag(flag, name)
     configs = validate_inductor_configs(inductor_configs)
@@ -551,8 +548,6 @@ def compile_model(
         health_check=cuda_context_problem if device.type == "cuda" else None,
         observers=observers,
     )
-    if bundle_io:
-        _bundle_io(compiled, args, kwargs, package_dir, key)
     return compiled
 
 
@@ -592,20 +587,6 @@ def load_exported_weights(runner: Any, exported: ExportedProgram) -> None:
     )
 
 
-def _bundle_io(
-    compiled: CompiledModel, args: tuple[Any, ...], kwargs: dict[str, Any], package_dir: Path, key: str | None
-) -> None:
-    """The package's outputs on the example inputs (its invariants checked), bundled into a copy to ship."""
-    from pytest_aoti.verify.bundled import write_bundled_io
-
-    outputs = compiled.call(_copied(args), _copied(kwargs))
-    bundled = package_dir / f"{compiled.package_path.stem[:16]}.bundled.pt2"
-    write_bundled_io(
-        compiled.package_path, bundled, compiled.exported_program, args, kwargs, outputs, compiled.device.type, key
-    )
-    compiled.package_path = bundled
-
-
 def _check_tensor_outputs(exported: ExportedProgram) -> None:
     """An AOTI package returns tensors, and None where the model returned None (an unused optional output, as in a
     Hugging Face ``ModelOutput``): a Python scalar among the outputs would come back as a tensor."""
@@ -620,7 +601,7 @@ def _check_tensor_outputs(exported: ExportedProgram) -> None:
             )
 
 
-def _copied(value: Any) -> Any:
+def copied_inputs(value: Any) -> Any:
     """``value`` with every tensor cloned, strides kept; a tensor whose strides a clone cannot keep (an expanded
     view, which no model can mutate in place) is shared."""
 
@@ -693,8 +674,8 @@ def _compare_input_set(
     rtol, atol = tolerance if tolerance is not None else (None, None)
     # Each side gets its own copy: a model that mutates an input in place must not feed eager what the package
     # left behind. What each side left in its inputs is compared too.
-    package_args, package_kwargs = _copied(inputs)
-    eager_args, eager_kwargs = _copied(inputs)
+    package_args, package_kwargs = copied_inputs(inputs)
+    eager_args, eager_kwargs = copied_inputs(inputs)
     try:
         with capture.package() if capture else contextlib.nullcontext():
             actual = compiled.call(package_args, package_kwargs)
@@ -750,7 +731,7 @@ def _judge_against_float64(
     __tracebackhide__ = True
     if _random_ops(program) or _updated_buffers(program):
         raise mismatch
-    args, kwargs = _copied(inputs)
+    args, kwargs = copied_inputs(inputs)
     judgement = judge(actual, expected, lambda: float64_outputs(module, args, kwargs))
     if not judgement.accepted:
         raise AssertionError(f"{mismatch}\n\n{judgement.text}") from None
