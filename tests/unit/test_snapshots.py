@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import collections
 import math
+import os
+import re
+import stat
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from pytest_aoti.core.environment import environment_diff
 from pytest_aoti.core.errors import AOTISnapshotError
-from pytest_aoti.snapshots.files import snapshot_path
+from pytest_aoti.snapshots.files import file_name, snapshot_path
 from pytest_aoti.snapshots.golden import GoldenOutputs, compare
 from pytest_aoti.snapshots.golden_file import GoldenFile
 
@@ -114,3 +122,143 @@ def test_file_names_from_test_ids(tmp_path: Path) -> None:
     )
     long = snapshot_path(test_file, "test_" + "x" * 300)
     assert len(long.name) < 255 and long != snapshot_path(test_file, "test_" + "x" * 299)
+
+
+def test_test_ids_that_differ_only_where_a_file_name_cannot_hold_them_get_their_own_files() -> None:
+    ids = ["t[x*2]", "t[x/2]", "t[x_2]", "t[x%2F2]", "t[x:2]", "t[a::b]", "t[a.b]", "A::t", "A.t", "t[é]", "t[e]"]
+    names = [file_name(test_id) for test_id in ids]
+    assert len(set(names)) == len(ids), names
+    assert all("/" not in name and ":" not in name and "*" not in name for name in names)
+    assert file_name("TestA::test_b[cpu-1.5]") == "TestA.test_b[cpu-1.5]"  # a readable id stays as it was
+
+
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_one_golden_file_per_test_id(first: str, second: str) -> None:
+    assume(first != second)
+    assert file_name(f"test_m[{first}]") != file_name(f"test_m[{second}]")
+    assert file_name(f"Test{first}::test_m") != file_name(f"Test{second}::test_m")
+
+
+def test_complex_outputs_are_compared_on_both_parts(tmp_path: Path) -> None:
+    golden = torch.tensor([1 + 2j, 3 - 1j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "casting complex values to real discards the imaginary part"
+        diff = compare("out", torch.tensor([1 + 500j, 3 - 1j]), golden, rtol=1e-5, atol=1e-8)
+    assert diff is not None and (diff.beyond, diff.max_abs_at, diff.max_abs) == (1, (0,), 498.0)
+    assert "(got (1+500j), golden (1+2j))" in diff.lines(1e-5, 1e-8)[0]
+    nan_moved = compare("out", torch.tensor([complex(1, math.nan)]), torch.tensor([complex(math.nan, 1)]), 0, 0)
+    assert nan_moved is not None and nan_moved.unmatched_nonfinite == 1
+    assert compare("out", torch.tensor([complex(1, math.nan)]), torch.tensor([complex(1, math.nan)]), 0, 0) is None
+    # complex128, which safetensors has no code for, is stored and read back as itself.
+    path = tmp_path / "golden.safetensors"
+    wide = golden.to(torch.complex128) / 3
+    assert GoldenOutputs(path, missing="write").check("snapshot0", wide) == "written"
+    assert GoldenOutputs(path, missing="fail").check("snapshot0", wide) == "matched"
+    with pytest.raises(AOTISnapshotError, match=r"cpu/snapshot0: 1 of 2 element\(s\) beyond tolerance"):
+        GoldenOutputs(path, missing="fail").check("snapshot0", wide + torch.tensor([0, 1e-3j]))
+
+
+def test_an_output_without_leaves_is_a_golden_too(tmp_path: Path) -> None:
+    path = tmp_path / "golden.safetensors"
+    assert GoldenOutputs(path, missing="write").check("snapshot0", ()) == "written"
+    assert GoldenOutputs(path, missing="fail").check("snapshot0", ()) == "matched"
+    with pytest.raises(AOTISnapshotError, match=r"cpu/snapshot0\[0\]: in this run's outputs, not in the golden"):
+        GoldenOutputs(path, missing="write").check("snapshot0", (torch.ones(2),))
+
+
+def test_a_name_that_extends_another_is_its_own_snapshot_and_a_name_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "golden.safetensors"
+    for expected in ("written", "matched"):
+        goldens = GoldenOutputs(path, missing="write")
+        assert goldens.check("logits", torch.ones(2), user_name=True) == expected
+        assert goldens.check("logits.aux", torch.zeros(3), user_name=True) == expected
+        with pytest.raises(ValueError, match=r"snapshot name 'logits' is used twice in this test"):
+            goldens.check("logits", torch.ones(2), user_name=True)
+    updating = GoldenOutputs(path, missing="write", update=True)
+    assert updating.check("logits", torch.full((2,), 2.0), user_name=True) == "updated"
+    assert updating.check("logits.aux", torch.zeros(3), user_name=True) == "written"
+    assert GoldenOutputs(path, missing="fail").check("logits", torch.full((2,), 2.0), user_name=True) == "matched"
+    # A default name the test took for a snapshot of its own is passed over.
+    named_first = GoldenOutputs(tmp_path / "other.safetensors", missing="write")
+    named_first.check("snapshot0", torch.ones(1), user_name=True)
+    assert named_first.next_name("snapshot") == "snapshot1"
+
+
+def test_two_names_whose_outputs_would_share_a_key_are_refused(tmp_path: Path) -> None:
+    pair = collections.namedtuple("pair", ["main", "aux"])
+    goldens = GoldenOutputs(tmp_path / "golden.safetensors", missing="write")
+    goldens.check("logits.aux", torch.zeros(3), user_name=True)
+    with pytest.raises(AOTISnapshotError, match=r"its output 'cpu/logits.aux' is stored for snapshot 'cpu/logits.aux'"):
+        goldens.check("logits", pair(torch.ones(1), torch.ones(1)), user_name=True)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ({"environments": "{}"}, "golden file metadata 'others' is missing"),
+        ({"others": "{not json", "environments": "{}"}, "golden file metadata 'others' is not JSON"),
+        ({"others": "[]", "environments": "{}"}, "golden file metadata 'others' does not have the shape"),
+        ({"others": "{}", "environments": '{"cpu": 3}'}, "golden file metadata 'environments' does not have"),
+        (
+            {"others": "{}", "environments": "{}", "snapshots": '{"cpu/a": ["cpu/b"]}'},
+            "golden file metadata 'snapshots' lists",
+        ),
+    ],
+)
+def test_a_golden_file_of_ours_with_garbled_metadata(tmp_path: Path, metadata: dict[str, str], problem: str) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "golden.safetensors"
+    save_file({"cpu/snapshot0": torch.ones(1)}, str(path), metadata={"format": "pytest-aoti snapshot 1", **metadata})
+    with pytest.raises(AOTISnapshotError) as raised:
+        GoldenOutputs(path, missing="write").check("snapshot0", torch.ones(1))
+    assert str(raised.value).startswith(f"{path}: {problem}")
+    assert "restore the file from version control, or delete it" in str(raised.value)
+
+
+def test_a_snapshot_directory_that_cannot_be_written(tmp_path: Path) -> None:
+    (tmp_path / "snapshots").write_text("a file where the directory goes")
+    path = tmp_path / "snapshots" / "test_m" / "test_a.safetensors"
+    with pytest.raises(AOTISnapshotError, match=rf"cannot write golden file {re.escape(str(path))}: Not a directory"):
+        GoldenOutputs(path, missing="write").check("snapshot0", torch.ones(1))
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o555)
+    if os.access(read_only, os.W_OK):
+        pytest.skip("this user writes into read-only directories (root)")
+    with pytest.raises(AOTISnapshotError, match=r"cannot write golden file .*: Permission denied"):
+        GoldenOutputs(read_only / "a" / "t.safetensors", missing="write").check("snapshot0", torch.ones(1))
+
+
+def _generator() -> Iterator[int]:
+    yield 1
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (object(), "snapshot 'snapshot0': a object; a snapshot holds tensors and plain values"),
+        (_generator(), "snapshot 'snapshot0': a generator (a generator or iterator: pass list(...) of it)"),
+        ({"w": torch.eye(2).to_sparse()}, "snapshot \"snapshot0['w']\": a tensor of layout torch.sparse_coo"),
+    ],
+)
+def test_values_a_golden_file_cannot_hold_are_refused(tmp_path: Path, value: object, problem: str) -> None:
+    path = tmp_path / "golden.safetensors"
+    with pytest.raises(TypeError) as raised:
+        GoldenOutputs(path, missing="write").check("snapshot0", value)
+    assert str(raised.value).startswith(problem) and " at 0x" not in str(raised.value)
+    assert not path.exists()
+
+
+def test_a_name_that_is_not_a_string(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"^snapshot name: expected a string, got int 5$"):
+        GoldenOutputs(tmp_path / "golden.safetensors", missing="write").check(5, torch.ones(1), user_name=True)  # type: ignore[arg-type]
+
+
+def test_golden_files_are_as_readable_as_the_umask_allows(tmp_path: Path) -> None:
+    path = tmp_path / "golden.safetensors"
+    previous = os.umask(0o022)
+    try:
+        GoldenOutputs(path, missing="write").check("snapshot0", torch.ones(1))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
