@@ -40,7 +40,7 @@ class Divergence:
     kind: ClassVar[str] = "divergence"
     kernels: tuple[KernelError, ...]
     diverged_launch: int | None  # the first divergent kernel's launch, None when none diverged
-    source: str  # the divergent kernel's source line, e.g. ``model.py:12 in forward: y = x.sin()``
+    source: str  # where the divergent kernel comes from, e.g. ``at model.py:12 in forward: y = x.sin()``
     tolerance: str  # the test's tolerance, as the verdict writes it
 
 

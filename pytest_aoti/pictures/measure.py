@@ -64,8 +64,17 @@ def _log_bins(positive: torch.Tensor) -> tuple[tuple[float, ...], tuple[int, ...
 
 
 def kernel_errors(rows: Sequence[Sequence[object]]) -> tuple[KernelError, ...]:
-    """``(launch, kernel, max_abs, max_rel)`` rows, as stage numerics lists them, as records."""
-    return tuple(KernelError(int(str(row[0])), str(row[1]), float(str(row[2])), float(str(row[3]))) for row in rows)
+    """``(launch, kernel, max_abs, max_rel)`` rows, as stage numerics lists each output it compared, as one record
+    per launch: a fused kernel that finishes several nodes keeps its worst errors."""
+    worst: dict[int, KernelError] = {}
+    for launch, kernel, max_abs, max_rel in rows:
+        number = int(str(launch))
+        seen = worst.get(number)
+        abs_err, rel_err = float(str(max_abs)), float(str(max_rel))
+        if seen is not None:
+            abs_err, rel_err = max(abs_err, seen.max_abs), max(rel_err, seen.max_rel)
+        worst[number] = KernelError(number, str(kernel), abs_err, rel_err)
+    return tuple(worst[number] for number in sorted(worst))
 
 
 def kernel_timeline(

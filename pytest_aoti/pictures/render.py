@@ -51,7 +51,7 @@ def _divergence_text(record: Divergence) -> tuple[str, str, Table]:
     if diverged is None:
         caption = f"no kernel diverged from eager beyond rounding noise (test tolerance {record.tolerance})"
     else:
-        at = f" at {record.source}" if record.source else ""
+        at = f" {record.source}" if record.source else ""
         caption = (
             f"first divergent kernel: {diverged.kernel} (launch {diverged.launch}){at}; max abs err "
             f"{_g(diverged.max_abs)}, max rel err {_g(diverged.max_rel)} (test tolerance {record.tolerance})"
