@@ -41,11 +41,39 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ENV = json.loads((HERE / "env.json").read_text())
+
+
+def run_in_child():
+    """Run this script again in a child, under the recorded environment (Inductor reads its codegen flags when torch
+    is imported), with a TMPDIR of its own that is removed however the child ends: the loader extracts the package
+    into $TMPDIR and never removes it, and a crash leaves it behind. Inductor's per-user cache stays shared."""
+    import getpass
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix="pytest-aoti-repro-")
+    try:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"
+        inductor_cache = Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+        inductor_cache.mkdir(exist_ok=True)
+        (Path(private) / inductor_cache.name).symlink_to(inductor_cache)
+        env = {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1", "TMPDIR": private}
+        returncode = subprocess.run([sys.executable, "-u", __file__, *sys.argv[1:]], env=env).returncode
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    if returncode < 0:  # killed by a signal: say which, and exit as a shell reports it (128 + the signal)
+        print(f"reproduced: crashed with {signal.Signals(-returncode).name}", file=sys.stderr)
+        return 128 - returncode
+    return returncode
+
+
 if os.environ.get("PYTEST_AOTI_REPRO") != "1":
-    # Inductor reads its codegen flags when torch is imported: start again with them set.
-    os.execvpe(
-        sys.executable, [sys.executable, "-u", __file__, *sys.argv[1:]], {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1"}
-    )
+    sys.exit(run_in_child())
 
 import importlib  # noqa: E402
 import tempfile  # noqa: E402
@@ -116,17 +144,10 @@ with tempfile.TemporaryDirectory() as build:
     # xdist worker's share of a multi-GPU host makes cuda:N.
     on_gpu = [t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor) and t.is_cuda]
     device_index = on_gpu[0].device.index if on_gpu else -1
-    # The loader extracts into a fresh $TMPDIR/aotinductor_* dir it never removes: extract into this build dir.
-    tmpdir = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = build
     if reason is None:
         runner = load_built_here(package, device_index)
     else:
         runner = torch._inductor.aoti_load_package(package, device_index=device_index)
-    if tmpdir is None:
-        del os.environ["TMPDIR"]
-    else:
-        os.environ["TMPDIR"] = tmpdir
     outputs = runner(*inputs["args"], **inputs["kwargs"])
     if any(t.is_cuda for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)):
         torch.cuda.synchronize()
