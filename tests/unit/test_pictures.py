@@ -14,6 +14,7 @@ from pytest_aoti.pictures.data import (
     FIGURE_PROPERTY,
     BenchmarkTimes,
     Divergence,
+    FigureData,
     FigureDataError,
     GoldenErrors,
     InputStats,
@@ -55,7 +56,7 @@ GOLDEN = GoldenErrors("check0.example", 32, 3, 0, 20, (1e-6, 1e-5, 1e-4), (9, 3)
 BENCHMARK = BenchmarkTimes(
     "test_speed", (1.2e-3, 1.3e-3, 1.25e-3), ((1e-3, 1.1e-3), (1.05e-3, 1e-3)), ("run 1", "run 2"), "1.2x slower"
 )
-RECORDS = [DIVERGENCE, NONFINITE, CRASH, GOLDEN, BENCHMARK]
+RECORDS: list[FigureData] = [DIVERGENCE, NONFINITE, CRASH, GOLDEN, BENCHMARK]
 
 
 def test_records_survive_their_json_with_nan_and_inf() -> None:
@@ -138,8 +139,8 @@ def test_a_timeline_from_kernel_log_events() -> None:
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda record: record.kind + getattr(record, "problem", ""))
-def test_each_record_is_drawn_with_its_numbers(record: object) -> None:
-    picture = render.draw(record)  # type: ignore[arg-type]
+def test_each_record_is_drawn_with_its_numbers(record: FigureData) -> None:
+    picture = render.draw(record)
     assert picture.png is not None and picture.png.startswith(PNG_MAGIC), picture.note
     assert picture.note is None and picture.table[0]
 
