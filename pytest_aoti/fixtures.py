@@ -32,7 +32,9 @@ def session_cache(config: pytest.Config) -> PackageCache | None:
         from pytest_aoti.core.cache import PackageCache
 
         config.stash[cache_key] = (
-            PackageCache.open(settings.cache_dir, settings.cache_max_bytes) if settings.use_cache else None
+            PackageCache.open(settings.cache_dir, settings.cache_max_bytes, settings.remote_cache)
+            if settings.use_cache
+            else None
         )
     return config.stash[cache_key]
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.core.remote_cache import RemoteSettings, RemoteStore
+
 # Environment variables read at codegen time; a debug rerun sets several of them.
 _CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_COMPILE_")
 _CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
@@ -54,16 +56,53 @@ class AOTICacheWarning(UserWarning):
     """The package cache cannot be used safely and was turned off."""
 
 
+class _NotFetched(Exception):
+    """The remote cache had no good entry: nothing is installed."""
+
+
 @dataclass
 class CacheStats:
-    hits: int = 0
+    hits: int = 0  # remote hits included
     misses: int = 0
     compile_seconds: float = 0.0
     saved_seconds: float = 0.0
     corrupt: int = 0
+    remote_hits: int = 0
+    uploaded: int = 0
+    refused: list[str] = field(default_factory=list)  # "<key[:12]>: <reason>" of each remote entry refused
+    remote_problem: str = ""  # why the remote cache stopped (or stopped storing), as the warning said
+    remote_in_use: bool = False  # a remote cache is configured for this process
 
-    def as_dict(self) -> dict[str, float]:
-        return dict(vars(self))
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (xdist sends them from each worker to the controller)."""
+        return {**vars(self), "refused": list(self.refused)}
+
+
+def cache_summary(stats: list[dict[str, Any]]) -> str:
+    """One line over the cache statistics of this process and of every xdist worker:
+    ``aoti cache: 5 hits (3 remote), 1 misses, ...``; refused remote entries are named."""
+    total = {
+        key: sum(s.get(key, 0) for s in stats)
+        for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt", "remote_hits", "uploaded")
+    }
+    remote = any(s.get("remote_in_use") for s in stats)
+    hits = f"{int(total['hits'])} hits" + (f" ({int(total['remote_hits'])} remote)" if remote else "")
+    line = (
+        f"aoti cache: {hits}, {int(total['misses'])} misses, "
+        f"{total['compile_seconds']:.1f} s compiling, {total['saved_seconds']:.1f} s saved"
+    )
+    if total["uploaded"]:
+        line += f", {int(total['uploaded'])} uploaded"
+    if total["corrupt"]:
+        line += f", {int(total['corrupt'])} corrupt entries recompiled"
+    refused = [entry for s in stats for entry in s.get("refused", [])]
+    if refused:
+        entries = "remote entry" if len(refused) == 1 else "remote entries"
+        line += f", {len(refused)} {entries} refused and recompiled ({'; '.join(refused)})"
+    problems = sorted({s["remote_problem"] for s in stats if s.get("remote_problem")})
+    if problems:
+        line += f"; the remote cache {'; '.join(problems)}"
+    return line
 
 
 def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
@@ -294,6 +333,8 @@ def clear_cache_dir(root: Path) -> int:
         _warn(f"--aoti-cache-clear: {root} is not a pytest-aoti cache (no {MARKER_FILE} in it); nothing was deleted")
         return 0
     removed = 0
+    for verdict in root.glob(_ISA_VERDICT.format("*")):
+        verdict.unlink(missing_ok=True)
     for folder in root.iterdir():
         if not (folder.is_dir() and not folder.is_symlink() and _ENTRY_DIR.match(folder.name)):
             continue
@@ -320,24 +361,34 @@ def unsafe_reason(directory: Path) -> str | None:
 
 @dataclass
 class PackageCache:
-    """Compiled packages under ``root/<key[:2]>/<key>.pt2`` with a JSON sidecar holding their checksum."""
+    """Compiled packages under ``root/<key[:2]>/<key>.pt2`` with a JSON sidecar holding their checksum; with a
+    ``remote`` store behind it, a local miss is looked up there (and kept here), and a package built here is
+    uploaded there."""
 
     root: Path
     max_bytes: int
     stats: CacheStats = field(default_factory=CacheStats)
     store_problem: str | None = None  # why storing stopped (ENOSPC, EROFS…): said once, then lookups only
+    remote: RemoteStore | None = None
+    refused_keys: set[str] = field(default_factory=set)  # remote entries refused here: an upload may replace them
 
     @classmethod
-    def open(cls, root: Path, max_bytes: int) -> PackageCache | None:
-        """The cache at ``root``, created private to the user and marked as pytest-aoti's. Where it cannot be used
-        safely (not a dir, not writable, not ours, writable by others) warn and return None: the run goes on
-        compiling without a cache."""
+    def open(cls, root: Path, max_bytes: int, remote: RemoteSettings | None = None) -> PackageCache | None:
+        """The cache at ``root``, created private to the user and marked as pytest-aoti's, in front of the
+        ``remote`` cache when given. Where ``root`` cannot be used safely (not a dir, not writable, not ours,
+        writable by others) warn and return None: the run goes on compiling without a cache."""
         problem = _open_problem(root)
         if problem is not None:
             _warn(f"not using the package cache at {root}: {problem}; compiling without a cache")
             return None
         _reclaim_partials(root)
-        return cls(root, max_bytes)
+        cache = cls(root, max_bytes)
+        if remote is not None:
+            from pytest_aoti.core.remote_cache import RemoteStore
+
+            cache.remote = RemoteStore(remote)
+            cache.stats.remote_in_use = True
+        return cache
 
     def key_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
         return package_key(ep, inductor_configs, device)
@@ -367,9 +418,17 @@ class PackageCache:
                 lock.release()
 
     def lookup(self, key: str) -> Path | None:
+        """The package of ``key`` from this dir, else from the remote cache (kept here), else None: a miss."""
+        package = self._local(key)
+        if package is None and self.remote is not None:
+            package = self._fetch(key)
+        if package is None:
+            self.stats.misses += 1
+        return package
+
+    def _local(self, key: str) -> Path | None:
         package, sidecar = self._paths(key)
         if not package.exists() or not sidecar.exists():
-            self.stats.misses += 1
             return None
         try:
             record = json.loads(sidecar.read_text())
@@ -378,7 +437,6 @@ class PackageCache:
             intact = False
         if not intact:
             self.stats.corrupt += 1
-            self.stats.misses += 1
             package.unlink(missing_ok=True)
             sidecar.unlink(missing_ok=True)
             return None
@@ -387,29 +445,81 @@ class PackageCache:
         self.stats.saved_seconds += float(record.get("compile_seconds", 0.0))
         return package
 
+    def _fetch(self, key: str) -> Path | None:
+        """The remote entry of ``key``, checked (checksum, signature) as it is written here, then kept here."""
+        from pytest_aoti.core.remote_cache import Refused
+
+        assert self.remote is not None
+        if self.store_problem is not None:
+            return None  # nowhere to put it
+        package, sidecar = self._paths(key)
+        result: Any = None
+
+        def fetch(tmp: str) -> None:
+            nonlocal result
+            assert self.remote is not None
+            result = self.remote.fetch(key, Path(tmp))
+            if result is None or isinstance(result, Refused):
+                raise _NotFetched
+
+        try:
+            package.parent.mkdir(mode=0o700, exist_ok=True)
+            self._install(package, fetch)
+            record = {"sha256": result.sha256, "size": result.size, "compile_seconds": result.compile_seconds}
+            self._install(sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))
+        except _NotFetched:
+            self._remote_problem()
+            if isinstance(result, Refused):
+                self.refused_keys.add(key)
+                self.stats.refused.append(f"{key[:12]}: {result.reason}")
+            return None
+        except OSError as error:
+            self._cannot_store(error)
+            package.unlink(missing_ok=True)
+            return None
+        self.stats.hits += 1
+        self.stats.remote_hits += 1
+        self.stats.saved_seconds += result.compile_seconds
+        return package
+
+    def _remote_problem(self) -> None:
+        if self.remote is not None:
+            self.stats.remote_problem = self.remote.problem or self.remote.write_problem or ""
+
+    @staticmethod
+    def _install(target: Path, write: Any) -> None:
+        """Write ``target`` through a partial file beside it, renamed into place when ``write(tmp)`` returns."""
+        # The writer's pid in the name: a later run reclaims what a killed writer left.
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{_PARTIAL}{os.getpid()}-")
+        os.close(fd)
+        try:
+            write(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
     def store(self, key: str, built: Path, compile_seconds: float) -> Path:
         """Move a freshly built package into the cache atomically and return its cached path; ``built`` itself when
-        the cache cannot store (it warns once, and the run goes on without storing)."""
+        the cache cannot store (it warns once, and the run goes on without storing). Then upload it to the remote
+        cache, if any."""
         self.stats.compile_seconds += compile_seconds
+        stored = self._store_local(key, built, compile_seconds)
+        if self.remote is not None:
+            if self.remote.upload(key, stored, compile_seconds, replace=key in self.refused_keys):
+                self.stats.uploaded += 1
+            self._remote_problem()
+        return stored
+
+    def _store_local(self, key: str, built: Path, compile_seconds: float) -> Path:
         if self.store_problem is not None:
             return built
         package, sidecar = self._paths(key)
         try:
             package.parent.mkdir(mode=0o700, exist_ok=True)
             record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
-            for target, write in (
-                (package, lambda tmp: shutil.copyfile(built, tmp)),
-                (sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record))),
-            ):
-                # The writer's pid in the name: a later run reclaims what a killed writer left.
-                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{_PARTIAL}{os.getpid()}-")
-                os.close(fd)
-                try:
-                    write(tmp)
-                    os.replace(tmp, target)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+            self._install(package, lambda tmp: shutil.copyfile(built, tmp))
+            self._install(sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))
             self.evict(keep=package)
         except OSError as error:  # a full disk, a read-only mount, permissions changed mid-run
             self._cannot_store(error)
@@ -446,6 +556,65 @@ class PackageCache:
             total -= size
             oldest.unlink(missing_ok=True)
             oldest.with_suffix(".json").unlink(missing_ok=True)
+
+
+# Inductor's CPU vector-ISA probe (one Python per candidate ISA, each importing torch: ~35 s of a fresh process's first
+# compile on the H100 machine) gives the same answer for the same CPU, torch and C++ compiler: its verdict is kept
+# here, and later processes on the machine skip the probe (``TORCHINDUCTOR_VEC_ISA_OK=1``, which changes no key).
+_ISA_VERDICT = "isa-probe-{}.json"
+
+
+def isa_probe_identity() -> str:
+    """What the probe's verdict depends on: the CPU's flags, torch's version and the C++ compiler (read without
+    importing torch)."""
+    import importlib.metadata
+    import platform
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        flags = platform.processor()
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "unknown"
+    parts = (platform.machine(), " ".join(sorted(flags.split())), torch_version, compiler_identity())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _isa_verdict_path(root: Path) -> Path:
+    return root / _ISA_VERDICT.format(isa_probe_identity()[:32])
+
+
+def isa_probe_recorded(root: Path) -> bool:
+    """Whether a process on this machine (same CPU, torch, compiler) recorded in ``root`` that every candidate ISA
+    passed Inductor's probe."""
+    try:
+        return json.loads(_isa_verdict_path(root).read_text()).get("every_isa_passed") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def record_isa_probe(root: Path) -> bool:
+    """Record in ``root`` that this process ran Inductor's probe and every ISA the CPU advertises passed it (nothing
+    when it did not probe, or one failed). True when recorded. The caller makes sure this process really probed
+    (``TORCHINDUCTOR_VEC_ISA_OK`` was not set for it)."""
+    import sys
+
+    if "torch._inductor.cpu_vec_isa" not in sys.modules or not is_marked(root):
+        return False
+    from pytest_aoti.core.torch_private import vector_isa_probe_passed
+
+    if not vector_isa_probe_passed():
+        return False
+    target = _isa_verdict_path(root)
+    try:
+        PackageCache._install(target, lambda tmp: Path(tmp).write_text(json.dumps({"every_isa_passed": True})))
+    except OSError:
+        return False  # a read-only or full cache dir: the next process probes again
+    return True
 
 
 def _reclaim_partials(root: Path) -> None:

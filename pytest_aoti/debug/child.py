@@ -43,6 +43,7 @@ from pytest_aoti.core.protocol import (
     append_event,
     decode_events,
 )
+from pytest_aoti.core.remote_cache import redact
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.settings import settings_key
 
@@ -131,7 +132,8 @@ class ChildRun:
         """A shell line that reruns this child by hand, pasted in any shell."""
         shown = {k: v for k, v in self.env_delta.items() if k not in _UNSHOWN_ENV}
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
-        return f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.command)}"
+        # A password in --aoti-cache-url never shows (the child itself gets the real URL).
+        return redact(f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.command)}")
 
     @property
     def failure(self) -> str | None:

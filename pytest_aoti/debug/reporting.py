@@ -129,6 +129,11 @@ def divergence(finding: Finding, at: str = "") -> str:
             f"{text}; the package's outputs are the exported program's and eager's are not: the difference comes "
             f"from export, not Inductor ({_EXPORT_CAUSE})"
         )
+    if finding.outputs_within_noise:
+        return (
+            f"{text}; the outputs differ from eager's by rounding noise only: the test's tolerance "
+            f"({finding.test_tolerance}) is tighter than the arithmetic allows"
+        )
     return f"{text}; every kernel matched at the test's tolerance: the mismatch is in the comparison itself"
 
 
@@ -459,15 +464,7 @@ def _synthetic_report(
 
 
 def cache_summary(stats: list[dict[str, Any]]) -> str:
-    """One line over the cache statistics of this process and of every xdist worker."""
-    total = {
-        key: sum(s.get(key, 0) for s in stats)
-        for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt")
-    }
-    line = (
-        f"aoti cache: {int(total['hits'])} hits, {int(total['misses'])} misses, "
-        f"{total['compile_seconds']:.1f} s compiling, {total['saved_seconds']:.1f} s saved"
-    )
-    if total["corrupt"]:
-        line += f", {int(total['corrupt'])} corrupt entries recompiled"
-    return line
+    """One line over the cache statistics of this process and of every xdist worker (rendered by the cache)."""
+    from pytest_aoti.core.cache import cache_summary as cache_line
+
+    return cache_line(stats)

@@ -1,0 +1,46 @@
+"""The package cache's session glue beyond the fixtures': Inductor's CPU vector-ISA probe, paid once per machine.
+
+The probe (one Python per candidate ISA, each importing torch) runs in every fresh process's first compile: ~35 s on
+the H100 machine, in each xdist worker and debug child. Its verdict depends only on the CPU, torch and the C++
+compiler, so the first process that probes records it in the package cache (when every candidate ISA passed), and
+every later session on the machine sets ``TORCHINDUCTOR_VEC_ISA_OK=1`` for itself and the processes it starts: its
+xdist workers and debug children inherit it. Never when the user set the variable; the package key is the same
+either way (``core.cache``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_aoti.settings import settings_key
+
+VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = config.stash[settings_key]
+    if not settings.use_cache or VEC_ISA_OK_ENV in os.environ:
+        return
+    from pytest_aoti.core.cache import isa_probe_recorded
+
+    if isa_probe_recorded(settings.cache_dir):
+        os.environ[VEC_ISA_OK_ENV] = "1"
+        # For the rest of this process only: a pytest run inside a test (pytester) leaves the test's env as it was.
+        config.add_cleanup(_forget_recorded_verdict)
+
+
+def _forget_recorded_verdict() -> None:
+    os.environ.pop(VEC_ISA_OK_ENV, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Record the verdict of the probe this process ran (it ran one only if the variable was not set)."""
+    from pytest_aoti.fixtures import cache_key
+
+    cache = session.config.stash.get(cache_key, None)
+    if cache is not None and VEC_ISA_OK_ENV not in os.environ:
+        from pytest_aoti.core.cache import record_isa_probe
+
+        record_isa_probe(cache.root)
