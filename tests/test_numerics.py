@@ -370,3 +370,35 @@ def test_a_mismatch_names_the_buffers_the_model_updates() -> None:
     assert message.startswith("Tensor-likes are not close!\n\nThe model updates buffer(s) in forward: calls (")
     assert "Eager carries each update into its next call; the package does not hold the same state" in message
     assert _updated_buffers(torch.export.export(_Scaled(), (torch.randn(2, 4),))) == {}
+
+
+def test_outputs_off_by_rounding_only_say_the_tolerance_is_too_tight() -> None:
+    """A torch.cond model compared exactly: the kernels inside its branches are not compared one by one, so no
+    kernel is past the tolerance; the outputs are, by rounding noise only. The verdict says the tolerance is tighter
+    than the arithmetic allows, not that the mismatch is in the comparison."""
+    from pytest_aoti.core.compiler import ComparedCall
+    from pytest_aoti.core.protocol import Finding
+    from pytest_aoti.debug.numerics import _outputs_within_noise
+    from pytest_aoti.debug.reporting import divergence
+
+    x = torch.randn(2, 4)
+    model = _Cond()
+    program = torch.export.export(model, (x,))
+    with torch.no_grad():
+        eager = model(x)
+    one_ulp_off = torch.nextafter(eager, torch.full_like(eager, float("inf")))
+    package = Path("unused.pt2")
+    exact = ComparedCall(package, program, [x], (0.0, 0.0), one_ulp_off, eager)
+    assert _outputs_within_noise(exact)
+    # Past rounding noise, or within the test's tolerance: not the tolerance's fault.
+    assert not _outputs_within_noise(ComparedCall(package, program, [x], (0.0, 0.0), eager + 0.5, eager))
+    assert not _outputs_within_noise(ComparedCall(package, program, [x], (1e-5, 1e-5), one_ulp_off, eager))
+
+    finding = Finding(compared=1, noise="rtol=1.3e-06, atol=1e-05", test_tolerance="rtol=0, atol=0")
+    finding.outputs_within_noise = True
+    text = divergence(finding)
+    assert text.endswith(
+        "the outputs differ from eager's by rounding noise only: the test's tolerance (rtol=0, atol=0) is tighter "
+        "than the arithmetic allows"
+    )
+    assert Finding.from_dict(finding.to_dict()) == finding

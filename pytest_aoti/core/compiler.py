@@ -26,7 +26,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from pytest_aoti.core import phases
 from pytest_aoti.core.accuracy import float64_outputs, judge
 from pytest_aoti.core.cache import PackageCache
-from pytest_aoti.core.dims import ExportCall, dim_names, refuse_specialized
+from pytest_aoti.core.dims import ExportCall, declared_ranges, dim_names, refuse_specialized
 from pytest_aoti.core.errors import (
     AOTICompileError,
     AOTIExportError,
@@ -40,6 +40,7 @@ from pytest_aoti.core.invariants import (
     flatten_inputs,
     program_spec,
 )
+from pytest_aoti.core.source_lines import torch_install_dir, user_line
 from pytest_aoti.core.torch_private import (
     AOTICompiledModel,
     OpOverload,
@@ -48,7 +49,6 @@ from pytest_aoti.core.torch_private import (
     package_loader,
     package_metadata,
 )
-from pytest_aoti.debug.provenance import torch_install_dir, user_line
 
 _LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
 
@@ -95,9 +95,8 @@ def validate_inputs(
         )
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
+    # No tensor at all is fine: a model of no inputs (``forward(self)`` returning its weights) compiles and runs.
     leaves, _ = pytree.tree_flatten_with_path((tuple(args), kwargs or {}))
-    if not any(isinstance(leaf, torch.Tensor) for _, leaf in leaves):
-        raise TypeError(f"{what}: no tensor among the inputs; AOTI compiles models of tensor inputs")
     for path, leaf in leaves:
         if not isinstance(leaf, _LEAF_TYPES):
             where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])  # type: ignore[attr-defined]
@@ -540,7 +539,7 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec)),
+        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec), ranges=declared_ranges(call, spec)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         allow_out_of_range=allow_out_of_range,

@@ -75,6 +75,26 @@ def dim_names(call: ExportCall, spec: ProgramSpec) -> dict[Any, str]:
     return names
 
 
+def declared_ranges(call: ExportCall, spec: ProgramSpec) -> dict[Any, tuple[int, int | None]]:
+    """``spec.ranges``, with each root that only derived dims use (``x`` is ``2 * half`` and no input is ``half``)
+    starting at the user's ``min`` where export started it at 2. Export creates such a root as a size and assumes
+    it is never 0 or 1; yet the root is no tensor's size, and a ``half`` of 1 is an ``x`` of 2, which the package
+    computes. A root that an input's dim holds alone keeps export's range: there export honours the user's ``min``
+    itself, and 0 or 1 would be a size."""
+    ranges = dict(spec.ranges)
+    alone = {dim for entry in spec.inputs if isinstance(entry, TensorSpec) for dim in entry.shape}
+    for tensor_spec, axis, dim, _ in call.requested_dims(spec):
+        symbols: set[Any] = getattr(tensor_spec.shape[axis], "free_symbols", set())
+        if not is_derived_dim(dim) or len(symbols) != 1:
+            continue
+        (root,) = symbols
+        declared = getattr(getattr(dim, "root", None), "min", None)
+        low, high = ranges.get(root, (0, None))
+        if root not in alone and low == 2 and isinstance(declared, int) and 0 <= declared < low:
+            ranges[root] = (declared, high)
+    return ranges
+
+
 def _dim_label(dim: Any) -> str:
     hint = dim_hint_name(dim)
     if hint is not None:

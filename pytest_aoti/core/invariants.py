@@ -175,7 +175,7 @@ def _user_input_behind(node: Any, user_inputs: set[str]) -> str | None:
 def _index_bounds(ep: ExportedProgram) -> dict[str, IndexBound]:
     """The user inputs that ``aten.embedding`` reads as row indices of a weight the package holds (a parameter,
     buffer or constant of static size), each with the tightest such bound."""
-    from pytest_aoti.debug.provenance import torch_install_dir, user_line
+    from pytest_aoti.core.source_lines import torch_install_dir, user_line
 
     signature = ep.graph_signature
     user_inputs = {spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT}
@@ -313,6 +313,12 @@ def flatten_inputs(in_spec: TreeSpec, args: Sequence[Any], kwargs: dict[str, Any
     """The flat inputs of a call, in the order the package reads them, after checking their structure against the
     exported ``in_spec`` (``(args, kwargs)``)."""
     __tracebackhide__ = True
+    if not isinstance(args, tuple | list):  # a bare tensor would be read as the tuple of its rows
+        raise TypeError(
+            f"args: expected a tuple of positional inputs, got {type(args).__name__} (wrap one input as (x,))"
+        )
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
     args_spec, kwargs_spec = _children(in_spec)
     leaves = _leaves_like(args_spec, tuple(args), "args")
     if kwargs_spec.context or kwargs:
@@ -464,6 +470,10 @@ def _check_shapes(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sy
             evaluated = want.subs(bound)
             if evaluated.is_number and int(evaluated) != got:
                 raise _shape_error(spec, index, expected, value, f"dim {axis} is {spec.named(want)} = {evaluated}")
+            if len(evaluated.free_symbols) == 1:  # a derived dim no whole value of its root gives (2*half = 3)
+                (root,) = evaluated.free_symbols
+                why = f"dim {axis} is {spec.named(want)}: no whole {spec.named(root)} gives {got}"
+                raise _shape_error(spec, index, expected, value, why)
             for expr in (want, *want.free_symbols):
                 lo, hi = spec.ranges.get(expr, (0, None))
                 current = expr.subs(bound)

@@ -499,6 +499,22 @@ def _outputs_as_exported(call: ComparedCall) -> bool:
     return close(call.package_outputs, exported_outputs) and not close(call.eager_outputs, exported_outputs)
 
 
+def _outputs_within_noise(call: ComparedCall) -> bool:
+    """Whether the package's outputs differ from eager's past the test's tolerance, each by no more than rounding
+    noise: an exact comparison (``rtol=0, atol=0``) of arithmetic that rounds differently."""
+    actual = pytree.tree_leaves(call.package_outputs)
+    expected = pytree.tree_leaves(call.eager_outputs)
+    if call.package_outputs is None or len(actual) != len(expected):
+        return False
+    differences = [
+        compare(a, e, call.tolerance) if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) else None
+        for a, e in zip(actual, expected, strict=True)
+    ]
+    if any(difference is None for difference in differences):
+        return False
+    return any(d.beyond_test for d in differences if d) and not any(d.beyond_noise for d in differences if d)
+
+
 # -- glue for check_model ----------------------------------------------------------------------------------------------
 
 
@@ -539,6 +555,7 @@ class Capture:
             values = node_values(self.recorder.ops, call.program, call.flat_inputs)
             finding = first_divergence(package_launches(call.package_path), self.directory, values, call.tolerance)
             finding.outputs_as_exported = _outputs_as_exported(call)
+            finding.outputs_within_noise = finding.diverged is None and _outputs_within_noise(call)
         except Exception as error:  # the triage must not hide the test's own failure
             finding = Finding(notes=[f"numerics triage failed: {type(error).__name__}: {error}"])
         if self.event_file is not None:

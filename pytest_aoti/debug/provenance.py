@@ -10,7 +10,6 @@ packages and pytest-aoti.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import linecache
 import os
@@ -22,29 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The source-line helpers live in core (its messages name the user's line too); re-exported for the debug rerun.
+from pytest_aoti.core.source_lines import SourceLine as SourceLine
+from pytest_aoti.core.source_lines import torch_install_dir as torch_install_dir
+from pytest_aoti.core.source_lines import user_line as user_line
 from pytest_aoti.debug.kernel_log import CrashFrame
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\n[ \t]*(?P<text>[^\n]*)')
-
-
-@dataclass(frozen=True)
-class SourceLine:
-    file: str
-    line: int
-    function: str
-    text: str
-
-    def describe(self, relative_to: Path | None = None) -> str:
-        shown = self.file
-        if relative_to is not None:
-            try:
-                shown = os.path.relpath(self.file, relative_to)
-            except ValueError:  # another drive (Windows)
-                shown = self.file
-            if shown.startswith(".."):
-                shown = self.file
-        text = self.text.strip()
-        return f"{shown}:{self.line} in {self.function}{': ' + text if text else ''}"
 
 
 @dataclass(frozen=True)
@@ -60,21 +41,6 @@ class KernelSource:
 
 # Graph node names (the op's name, numbered: ``embedding_2``) of the ops an out-of-bounds index check guards.
 _INDEX_READ = re.compile(r"(embedding|index_select|index|gather|take)(_\d+)?$")
-
-
-def torch_install_dir() -> str | None:
-    spec = importlib.util.find_spec("torch")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return None
-    return str(Path(spec.origin).parent) + os.sep
-
-
-def user_line(stack_trace: str, torch_dir: str | None) -> SourceLine | None:
-    """The innermost frame of a trace that is not inside torch: where the user's model called what became the
-    kernel (``F.linear`` inside ``nn.Linear`` is torch's; the ``self.fc(x)`` that called it is the user's)."""
-    frames = [SourceLine(m["file"], int(m["line"]), m["function"], m["text"]) for m in _FRAME.finditer(stack_trace)]
-    mine = [frame for frame in frames if torch_dir is None or not frame.file.startswith(torch_dir)]
-    return mine[-1] if mine else None
 
 
 def _library_dirs() -> tuple[str, ...]:
