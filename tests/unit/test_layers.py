@@ -1,29 +1,18 @@
-"""The import graph points down: the plain-Python core (export, compile, load, checks, cache) loads neither pytest nor
-the debug orchestration, and the boundary's names load nothing at all. Each import in a fresh interpreter."""
+"""What the layer contracts of pyproject.toml (import-linter, run by .ci/run) cannot check: what a load imports at run
+time (each in a fresh interpreter), the 60-line rule, torch's private APIs behind core/torch_private.py; and that the
+contracts themselves catch an import inside a function."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-ORCHESTRATION = (
-    "pytest_aoti.debug.stages",
-    "pytest_aoti.debug.child",
-    "pytest_aoti.debug.parent",
-    "pytest_aoti.plugin",
-    "pytest_aoti.debug.reporting",
-    "pytest_aoti.settings",
-    "pytest_aoti.debug.minify",
-    "pytest_aoti.debug.child_session",
-    # What a debug child plugs into the core's calls (compiler.CallObservers), not what the core imports:
-    "pytest_aoti.debug.bundle",
-    "pytest_aoti.debug.numerics",
-)
 
 
 def _loaded_after_each(modules: list[str]) -> list[tuple[str, set[str]]]:
@@ -41,14 +30,42 @@ def _loaded_after_each(modules: list[str]) -> list[tuple[str, set[str]]]:
     return [(name, set(names)) for name, names in loaded]
 
 
-def test_the_core_loads_neither_pytest_nor_the_debug_orchestration() -> None:
-    """The core's modules in one interpreter (each imports torch): the first one to load a forbidden module is
-    named."""
-    for name, loaded in _loaded_after_each(
-        ["pytest_aoti.core.compiler", "pytest_aoti.core.cache", "pytest_aoti.core.invariants"]
-    ):
-        forbidden = loaded & {"pytest", "_pytest", *ORCHESTRATION}
-        assert not forbidden, f"importing {name} loaded {sorted(forbidden)}"
+def test_loading_the_plugin_imports_neither_torch_nor_matplotlib() -> None:
+    """What import-linter cannot see: which modules a load runs (a function's import of torch is fine, one at module
+    level of anything the plugin loads is not). Every pytest-aoti session pays for what loading the plugin loads."""
+    ((_, loaded),) = _loaded_after_each(["pytest_aoti.plugin"])
+    assert not {"torch", "matplotlib", "hypothesis"} & loaded
+
+
+def _copy_of_the_package(tmp_path: Path) -> Path:
+    root = Path(__file__).parents[2]
+    shutil.copytree(root / "pytest_aoti", tmp_path / "pytest_aoti", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_layer_contracts_count_imports_inside_functions(tmp_path: Path) -> None:
+    """The contracts of pyproject.toml (run by .ci/run) on a copy of the package with a core module whose function
+    imports pytest and the fixtures, and a cycle inside the core made by an import inside a function: each broken
+    contract names the import."""
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    if not lint_imports.exists():
+        pytest.skip("import-linter is not installed (the test extra installs it)")
+    copy = _copy_of_the_package(tmp_path)
+    core = copy / "pytest_aoti" / "core"
+    (core / "late_imports.py").write_text(
+        "def reach_up() -> None:\n    import pytest  # noqa: F401\n\n"
+        "    from pytest_aoti import fixtures  # noqa: F401\n"
+    )
+    (core / "cycle_a.py").write_text("def late() -> None:\n    from pytest_aoti.core import cycle_b  # noqa: F401\n")
+    (core / "cycle_b.py").write_text("from pytest_aoti.core import cycle_a  # noqa: F401\n")
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    done = subprocess.run([lint_imports], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "pytest_aoti.core.late_imports -> pytest_aoti.fixtures (l.4)" in done.stdout
+    assert "pytest_aoti.core.late_imports -> pytest (l.2)" in done.stdout
+    assert "No cycles are allowed in pytest_aoti.core." in done.stdout
+    assert "- .cycle_b -> .cycle_a (1 import)" in done.stdout or "- .cycle_a -> .cycle_b (1 import)" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -73,33 +90,6 @@ def test_no_function_in_the_package_runs_over_60_lines() -> None:
                 if lines > 60:
                     long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
-
-
-def test_the_package_has_no_import_cycle() -> None:
-    """Module-level imports between pytest_aoti's modules form no cycle (imports inside functions are deferred on
-    purpose: what only one path needs, such as torch or a debug stage, is loaded when that path runs)."""
-    import ast
-    from pathlib import Path
-
-    package = Path(__file__).parents[2] / "pytest_aoti"
-    imports: dict[str, set[str]] = {}
-    for path in package.rglob("*.py"):
-        found: set[str] = set()
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_aoti"):
-                parts = node.module.split(".")
-                found |= {parts[1]} if len(parts) > 1 else {alias.name for alias in node.names}
-            elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("pytest_aoti.")}
-        imports[path.stem] = found
-
-    def reaches(start: str, target: str, seen: set[str]) -> bool:
-        for module in imports.get(start, ()):
-            if module == target or (module not in seen and reaches(module, target, seen | {module})):
-                return True
-        return False
-
-    assert not [module for module in imports if reaches(module, module, {module})]
 
 
 # Documented entry points despite their underscore: AOTI's own API (PyTorch's AOTInductor docs call these) and pytree.
