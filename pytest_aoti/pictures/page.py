@@ -11,7 +11,7 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_aoti.pictures.data import BenchmarkTimes, FigureData, GoldenErrors
+from pytest_aoti.core.figure_data import BenchmarkTimes, FigureData, GoldenErrors
 from pytest_aoti.pictures.render import Picture
 
 VERDICTS, GOLDENS, BENCHMARKS = "Verdicts", "Goldens", "Benchmarks"

@@ -3,7 +3,7 @@ pytest-html writes a report, the same findings in each test's row through pytest
 
 Only the session the user started collects (an xdist controller sees every worker's reports; a debug child's
 reports reach its parent as the test's own). Records arrive on reports as the ``aoti_figure_data`` user property
-(:mod:`pytest_aoti.pictures.data`); each is drawn once, when its report is logged, and both outputs use that
+(:mod:`pytest_aoti.core.figure_data`); each is drawn once, when its report is logged, and both outputs use that
 drawing. Importing this module imports neither torch nor matplotlib.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.core.figure_data import FigureDataError, decode, figure_properties
 from pytest_aoti.core.protocol import CHILD_ENV
-from pytest_aoti.pictures.data import FigureDataError, decode, figure_properties
 from pytest_aoti.pictures.page import (
     HIDDEN_PROPERTIES,
     VERDICT_PROPERTY,

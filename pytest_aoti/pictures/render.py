@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.pictures.data import BenchmarkTimes, Divergence, FigureData, GoldenErrors, KernelTimeline
+from pytest_aoti.core.figure_data import BenchmarkTimes, Divergence, FigureData, GoldenErrors, KernelTimeline
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -160,32 +160,39 @@ def _window(record: KernelTimeline) -> tuple[int, list[str]]:
     return start, kernels[start : start + TIMELINE_WINDOW]
 
 
+def _box(axes: Any, launch: int, kernel: str, color: str, state: str) -> None:
+    axes.barh(0, 1, left=launch, color=color, edgecolor="white")
+    axes.text(launch + 0.5, 0.45, kernel, rotation=60, fontsize=7, ha="left", va="bottom")
+    if state:
+        axes.text(launch + 0.5, -0.5, state, color="crimson", fontsize=8, ha="center", va="top")
+
+
+def _state(record: KernelTimeline, launch: int, marked_at: int | None) -> tuple[str, str]:
+    if record.problem == "crash" and launch >= record.completed:
+        return "crimson", "crashed here"
+    if marked_at is not None and launch == marked_at:
+        return "crimson", "first NaN/Inf"
+    if marked_at is not None and launch > marked_at:
+        return "orange", ""
+    return "seagreen", ""
+
+
 def _draw_timeline(figure: Figure, record: KernelTimeline) -> None:
     axes = figure.add_subplot()
     start, shown = _window(record)
-    marked_at = (
-        record.kernels.index(record.marked) if record.marked in record.kernels and record.problem != "crash" else None
-    )
+    nonfinite = record.problem == "nonfinite" and record.marked in record.kernels
+    marked_at = record.kernels.index(record.marked) if nonfinite and record.marked is not None else None
     for offset, kernel in enumerate(shown):
-        launch = start + offset
-        if record.problem == "crash" and launch >= record.completed:
-            color, state = "crimson", "crashed here"
-        elif marked_at is not None and launch == marked_at:
-            color, state = "crimson", "first NaN/Inf"
-        elif marked_at is not None and launch > marked_at:
-            color, state = "orange", ""
-        else:
-            color, state = "seagreen", ""
-        axes.barh(0, 1, left=launch, color=color, edgecolor="white")
-        axes.text(launch + 0.5, 0.45, kernel, rotation=60, fontsize=7, ha="left", va="bottom")
-        if state:
-            axes.text(launch + 0.5, -0.5, state, color="crimson", fontsize=8, ha="center", va="top")
-    axes.set_xlim(start, start + max(len(shown), 1))
+        _box(axes, start + offset, kernel, *_state(record, start + offset, marked_at))
+    end = start + len(shown)
+    if record.problem == "crash" and record.completed >= len(record.kernels):
+        # Every launched kernel finished: the crash came after the last one (an op between kernels).
+        _box(axes, end, "(after the last kernel)", "crimson", "crashed here")
+        end += 1
+    axes.set_xlim(start, max(end, start + 1))
     axes.set_ylim(-1, 4)
     axes.set_yticks([])
-    axes.set_xticks(
-        [start + offset + 0.5 for offset in range(len(shown))], [str(start + n + 1) for n in range(len(shown))]
-    )
+    axes.set_xticks([launch + 0.5 for launch in range(start, end)], [str(launch + 1) for launch in range(start, end)])
     later = ", orange: after the first NaN/Inf" if marked_at is not None else ""
     axes.set_xlabel(f"kernel launch (in order); green: completed{later}")
     for side in ("top", "right", "left"):

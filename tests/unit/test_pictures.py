@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from pytest_aoti.pictures import render
-from pytest_aoti.pictures.data import (
+from pytest_aoti.core.figure_builders import golden_errors, kernel_errors, kernel_timeline
+from pytest_aoti.core.figure_data import (
     FIGURE_PROPERTY,
     BenchmarkTimes,
     Divergence,
@@ -25,7 +25,7 @@ from pytest_aoti.pictures.data import (
     encode,
     figure_properties,
 )
-from pytest_aoti.pictures.measure import golden_errors, kernel_errors, kernel_timeline
+from pytest_aoti.pictures import render
 from pytest_aoti.pictures.page import BENCHMARKS, GOLDENS, VERDICTS, Findings, page_html, section_of
 from pytest_aoti.snapshots import golden
 

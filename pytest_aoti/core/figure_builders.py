@@ -1,4 +1,5 @@
-"""Builders of the picture records from what the features hold: tensors, kernel-log events, numerics findings.
+"""Builders of the picture records (:mod:`pytest_aoti.core.figure_data`) from what the features hold: tensors,
+kernel-log events, stage numerics' rows, benchmark block times.
 
 Torch is imported inside :func:`golden_errors` only, where the caller already has tensors.
 """
@@ -9,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_aoti.pictures.data import GoldenErrors, InputStats, KernelError, KernelTimeline
+from pytest_aoti.core.figure_data import BenchmarkTimes, GoldenErrors, InputStats, KernelError, KernelTimeline
 
 if TYPE_CHECKING:
     import torch
@@ -22,12 +23,13 @@ def golden_errors(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: floa
     Inf matching the same Inf count as no error, as the golden comparison counts them)."""
     import torch
 
-    got64 = got.detach().to("cpu", torch.float64).flatten()
-    golden64 = golden.detach().to("cpu", torch.float64).flatten()
+    wide = torch.complex128 if got.is_complex() or golden.is_complex() else torch.float64
+    got64 = got.detach().to("cpu", wide).flatten()
+    golden64 = golden.detach().to("cpu", wide).flatten()
     if got64.shape != golden64.shape:
         raise ValueError(f"{name}: shapes differ ({tuple(got.shape)} vs {tuple(golden.shape)})")
     same = (got64 == golden64) | (got64.isnan() & golden64.isnan())
-    error = torch.where(same, torch.zeros_like(got64), (got64 - golden64).abs())
+    error = torch.where(same, torch.zeros((), dtype=torch.float64), (got64 - golden64).abs())
     magnitude = golden64.abs().nan_to_num(posinf=0.0)
     nonfinite = ~error.isfinite()
     mismatched = nonfinite | (error > atol + rtol * magnitude)
@@ -99,3 +101,12 @@ def kernel_timeline(
         inputs=stats,
         source=source,
     )
+
+
+def benchmark_times(
+    name: str, now: Sequence[float], baseline_runs: Sequence[Sequence[float]], verdict: str
+) -> BenchmarkTimes:
+    """A benchmark's package block times now and in each recorded baseline run (oldest first)."""
+    runs = tuple(tuple(float(t) for t in run) for run in baseline_runs)
+    labels = tuple(f"run {number}" for number in range(1, len(runs) + 1))
+    return BenchmarkTimes(name, tuple(float(t) for t in now), runs, labels, verdict)

@@ -3,9 +3,11 @@
 A feature that has a finding worth a picture builds one of these records where it analysed the finding and attaches
 it with :func:`attach_figure_data` to the test's item (during the test) or report (after it). The records travel
 as one JSON ``user_property`` named :data:`FIGURE_PROPERTY`, which pytest serializes across xdist workers and debug
-children like every user property; the session that writes the page reads them back with :func:`figure_data`.
+children like every user property; the pictures feature (:mod:`pytest_aoti.pictures`) reads them back with
+:func:`figure_properties` and draws them.
 
-Imports neither torch, matplotlib nor pytest: any layer may build records.
+In the core because every layer builds them (the debug rerun, goldens, benchmarks) and none may import a feature.
+Imports neither torch, matplotlib nor pytest.
 """
 
 from __future__ import annotations
