@@ -236,8 +236,11 @@ def _generator() -> Iterator[int]:
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        (object(), "snapshot 'snapshot0': a object; a snapshot holds tensors and plain values"),
-        (_generator(), "snapshot 'snapshot0': a generator (a generator or iterator: pass list(...) of it)"),
+        (object(), "snapshot 'snapshot0': a value of type object; a snapshot holds tensors and plain values"),
+        (
+            _generator(),
+            "snapshot 'snapshot0': a value of type generator (a generator or iterator: pass list(...) of it)",
+        ),
         ({"w": torch.eye(2).to_sparse()}, "snapshot \"snapshot0['w']\": a tensor of layout torch.sparse_coo"),
     ],
 )
