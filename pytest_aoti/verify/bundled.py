@@ -34,8 +34,8 @@ from pytest_aoti.core.compiler import one_line
 from pytest_aoti.core.environment import environment, environment_diff
 from pytest_aoti.core.errors import AOTICompileError, AOTIVerifyError
 from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
+from pytest_aoti.core.output_diff import compare, default_tolerance
 from pytest_aoti.core.processes import signal_name
-from pytest_aoti.snapshots import golden as snapshots
 
 __all__ = ["IO_MEMBER", "Verified", "bundle_io", "main", "verify_in_child", "verify_package", "write_bundled_io"]
 
@@ -255,10 +255,8 @@ def _differences(
         golden = tensors.get(f"output.{index}")
         if golden is None or not isinstance(leaf, torch.Tensor):
             continue
-        out_rtol, out_atol = (
-            (rtol, atol) if rtol is not None and atol is not None else snapshots.default_tolerance(golden.dtype)
-        )
-        diff = snapshots.compare(f"output {index}", leaf, golden, out_rtol, out_atol)
+        out_rtol, out_atol = (rtol, atol) if rtol is not None and atol is not None else default_tolerance(golden.dtype)
+        diff = compare(f"output {index}", leaf, golden, out_rtol, out_atol)
         if diff is not None:
             found += diff.lines(out_rtol, out_atol)
     if len(leaves) != golden_count:
