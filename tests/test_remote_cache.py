@@ -349,3 +349,21 @@ def test_no_password_or_secret_in_what_the_store_says() -> None:
     assert "pass-word" not in repr(settings) and "s3cret" not in repr(settings)
     assert settings.shown_url == "redis://***@host:6379/0"
     assert redact("a redis://:pw@h:1/0 and rediss://u:pw@h:2/1") == "a redis://***@h:1/0 and rediss://***@h:2/1"
+
+
+def test_a_debug_childs_reproduce_line_hides_the_password(tmp_path: Path) -> None:
+    """A debug child's reproduce line is the parent's command line (JUnit's aoti_reproduce, the report section)."""
+    from pytest_aoti.debug.child import ChildRun
+
+    run = ChildRun(
+        stage="kernels",
+        outcome="passed",  # type: ignore[arg-type]
+        returncode=0,
+        signal_name=None,
+        seconds=1.0,
+        log_path=tmp_path / "log",
+        command=["python", "-m", "pytest", "--aoti-cache-url=redis://:pass-word@cache.ci:6379/0", "test_a.py"],
+        env_delta={"AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER": "3"},
+        cwd=tmp_path,
+    )
+    assert "pass-word" not in run.reproduce and "--aoti-cache-url=redis://***@cache.ci:6379/0" in run.reproduce

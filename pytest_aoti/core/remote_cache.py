@@ -36,7 +36,7 @@ DEFAULT_TIMEOUT = 10.0
 # A writer has this long to finish its upload; its chunks then expire unless the manifest made them permanent.
 UPLOAD_SECONDS = 3600
 _SIGNATURE_DOMAIN = b"pytest-aoti package cache v1\0"
-_URL_PASSWORD = re.compile(r"(rediss?|unix)://([^@/\s]*)@")
+_URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://([^@/\s]*)@")
 
 # Set the manifest only if no complete entry is there (or replace a refused one), then make the chunks permanent:
 # atomic on the server, so no reader sees a manifest without its chunks, and a writer that lost keeps nothing.
@@ -58,7 +58,7 @@ class AOTIRemoteCacheWarning(UserWarning):
 
 
 def redact(text: str) -> str:
-    """``text`` with the password (and user) of every Redis URL in it replaced by ``***``."""
+    """``text`` with the password (and user) of every URL in it replaced by ``***``."""
     return _URL_PASSWORD.sub(r"\1://***@", text)
 
 

@@ -1,0 +1,176 @@
+"""The remote cache and the ISA-probe verdict as a user sees them: pytest runs on fresh runners (fresh local cache
+dirs) against a real ``redis-server``, their headers, summaries and JUnit files; and a fresh process on a machine
+whose probe verdict was recorded. The store's faults are tested on the store itself (tests/test_remote_cache.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunPytest, junit_cases
+from tests.redis_server import REDIS_SERVER, RedisServer
+
+PASSWORD = "pass-w0rd-of-the-server"
+SECRET = "s3cret-that-signs-entries"
+
+TEST_MLP = """
+import torch
+from aoti_models import MLP
+
+def test_mlp(aoti_check):
+    aoti_check(MLP(), (torch.randn(2, 8),))
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'pytest-aoti[test]')")
+    started = RedisServer(tmp_path / "redis", requirepass=PASSWORD).start()
+    yield started
+    started.stop()
+
+
+def _text(result: pytest.RunResult) -> str:
+    return result.stdout.str() + result.stderr.str()
+
+
+def _flip_a_byte_of_every_entry(server: RedisServer) -> None:
+    admin = server.admin()
+    for name in admin.keys("pytest-aoti:1:*:*:0"):
+        data = bytearray(admin.get(name))
+        data[10] ^= 0x01
+        admin.set(name, bytes(data))
+
+
+def test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry(
+    pytester: pytest.Pytester,
+    run_pytest: RunPytest,
+    server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runner A compiles and uploads; runner B (a fresh local cache) loads A's package; after one byte of the entry
+    is flipped on the server, runner C refuses it, recompiles and replaces it; runner D, given a wrong password on
+    the command line, warns once and compiles. The server's password and the secret appear nowhere."""
+    pytester.makepyfile(test_model=TEST_MLP)
+    monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", server.url(password=PASSWORD))
+    monkeypatch.setenv("PYTEST_AOTI_CACHE_SECRET", SECRET)
+    outputs: list[str] = []
+
+    def runner(name: str, *args: str) -> tuple[pytest.RunResult, dict[str, object]]:
+        junit = tmp_path / f"{name}.xml"
+        result = run_pytest("-rA", f"--junitxml={junit}", *args, cache=tmp_path / f"local-{name}")
+        result.assert_outcomes(passed=1)
+        outputs.extend([_text(result), junit.read_text()])
+        properties = junit_cases(junit)["test_mlp"]["properties"]
+        assert isinstance(properties, dict)
+        return result, properties
+
+    result, properties = runner("a")
+    result.stdout.fnmatch_lines([f"aoti: *remote cache redis://***@127.0.0.1:{server.port}/0 (signed)*"])
+    result.stdout.fnmatch_lines(["aoti cache: 0 hits (0 remote), 1 misses, * 1 uploaded"])
+    assert properties["aoti_from_cache"] == "False"
+
+    result, properties = runner("b")
+    result.stdout.fnmatch_lines(["aoti cache: 1 hits (1 remote), 0 misses, * s saved"])
+    assert properties["aoti_from_cache"] == "True"
+
+    _flip_a_byte_of_every_entry(server)
+    result, properties = runner("c")
+    result.stdout.fnmatch_lines(
+        [
+            "aoti cache: 0 hits (0 remote), 1 misses, *, 1 uploaded, 1 remote entry refused and recompiled "
+            "(*: tampered (its bytes do not match its manifest))"
+        ]
+    )
+    assert properties["aoti_from_cache"] == "False"  # recompiled: the tampered package was never loaded
+
+    result, _ = runner("d", f"--aoti-cache-url={server.url(password='a-wrong-one')}")
+    text = _text(result)
+    assert text.count("the remote package cache at redis://***@127.0.0.1") == 1, text
+    assert "cannot be used (AuthenticationError" in text
+    outputs.append(text)
+    for output in outputs:
+        assert PASSWORD not in output and SECRET not in output and "a-wrong-one" not in output
+
+
+TEST_NOTHING = "def test_nothing():\n    pass\n"
+
+
+def test_the_header_says_how_the_remote_cache_is_trusted(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a secret the remote cache is used only with --aoti-cache-unsigned, and the header says so; a URL that
+    is not a Redis one is a usage error that shows no password. (No server is needed: nothing is compiled.)"""
+    pytester.makepyfile(test_nothing=TEST_NOTHING)
+    monkeypatch.delenv("PYTEST_AOTI_CACHE_SECRET", raising=False)
+    monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", "redis://:hidden-pw@cache.example:6379/2")
+    result = run_pytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "aoti: *remote cache redis://***@cache.example:6379/2 not used: $PYTEST_AOTI_CACHE_SECRET is not set "
+            "(set it to sign and verify entries, or pass --aoti-cache-unsigned)*"
+        ]
+    )
+    result = run_pytest("--aoti-cache-unsigned", "--aoti-cache-readonly")
+    result.stdout.fnmatch_lines(
+        ["aoti: *remote cache redis://***@cache.example:6379/2 (UNSIGNED (--aoti-cache-unsigned: *), read-only)*"]
+    )
+    result = run_pytest("--aoti-cache-url=http://user:hidden-pw@cache.example/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--aoti-cache-url: expected redis://[:password@]host:port/db, got 'http://***@cache.example/'" in _text(
+        result
+    )
+    assert "hidden-pw" not in _text(result)
+
+
+TEST_ISA = """
+import json
+import os
+from pathlib import Path
+
+import torch
+from aoti_models import MLP
+
+def test_sees(aoti_compile):
+    import torch._inductor.config as inductor_config
+
+    aoti_compile(MLP(), (torch.randn(2, 8),))
+    seen = {"env": os.environ.get("TORCHINDUCTOR_VEC_ISA_OK"), "config": inductor_config.cpp.vec_isa_ok}
+    Path(os.environ["ISA_SEEN"]).write_text(json.dumps(seen))
+"""
+
+
+def test_the_isa_probe_is_paid_once_per_machine(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh run probes the CPU's vector ISAs and records the verdict in its cache dir; a later run's xdist worker
+    gets TORCHINDUCTOR_VEC_ISA_OK=1 (Inductor reads it: no probe) and the same package key (a cache hit); a user's
+    own value is left alone. Fresh interpreters (not the fork server, whose runs have probed already)."""
+    pytester.makepyfile(test_isa=TEST_ISA)
+    cache = tmp_path / "cache"
+    seen = tmp_path / "seen.json"
+    monkeypatch.setenv("ISA_SEEN", str(seen))
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+
+    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
+    assert json.loads(seen.read_text()) == {"env": None, "config": None}  # this run probed
+    verdicts = list(cache.glob("isa-probe-*.json"))
+    assert len(verdicts) == 1 and json.loads(verdicts[0].read_text()) == {"every_isa_passed": True}
+
+    result = run_pytest("-n", "1", cache=cache, fresh=True)
+    result.assert_outcomes(passed=1)
+    assert json.loads(seen.read_text()) == {"env": "1", "config": True}
+    result.stdout.fnmatch_lines(["aoti cache: 1 hits, 0 misses*"])  # the key did not change
+
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")  # the user's own: vectorization off
+    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
+    assert json.loads(seen.read_text()) == {"env": "0", "config": False}
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ or os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "0"
