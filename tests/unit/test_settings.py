@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_aoti.settings import item_settings
@@ -260,3 +262,18 @@ def test_cache_clear_is_an_action_without_an_ini_twin(pytester: pytest.Pytester)
     strict = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-config")
     assert strict.ret == pytest.ExitCode.USAGE_ERROR
     strict.stderr.fnmatch_lines(["*Unknown config option: aoti_cache_clear*"])
+
+
+@pytest.mark.parametrize("raw", ["0", "two", "-1", "1.5"])
+def test_the_minify_candidate_cap_knob_names_a_bad_value(
+    raw: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The suite's cap on minify's candidates (an environment knob of the minify process, not a pytest option):
+    a bad value stops the search before it starts, naming the variable."""
+    from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV, main
+
+    monkeypatch.setenv(MAX_CANDIDATES_ENV, raw)
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path), "--budget", "1"])
+    assert stopped.value.code == 2
+    assert f"{MAX_CANDIDATES_ENV}: expected a whole number >= 1, got {raw!r}" in capsys.readouterr().err
