@@ -176,6 +176,9 @@ class Finding:
     # outputs are past it: by rounding noise only, so the tolerance is tighter than the arithmetic allows.
     outputs_within_noise: bool = False
 
+    # (launch, kernel, max abs err, max rel err) of every kernel output compared, in launch order: where the error
+    # grew, for the picture of it (pytest_aoti.pictures).
+    kernel_errors: list[tuple[int, str, float, float]] = field(default_factory=list)
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

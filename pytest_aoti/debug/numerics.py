@@ -370,6 +370,7 @@ def first_divergence(
             if not scored:
                 continue
             difference, arg = min(scored, key=lambda pair: pair[0].max_abs)
+            finding.kernel_errors.append((number, launch.kernel, difference.max_abs, difference.max_rel))
             outputs.remove(arg)
             first_dtype = first_dtype or expected.dtype
             finding.compared += 1
