@@ -60,3 +60,21 @@ def test_verify_a_cuda_package_on_a_machine_without_cuda(tmp_path: Path) -> None
         match=r"cuda.pt2: built for CUDA \(recorded on NVIDIA H100 80GB HBM3 \(sm_90\)\); this machine has no CUDA",
     ):
         verify_package(package)
+
+
+def test_a_device_torch_does_not_know_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--device", "bogus", "model.pt2"])
+    assert exited.value.code == 2
+    assert "argument --device: unknown device 'bogus'; expected cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+def test_directories_are_walked_for_packages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nested = tmp_path / "dist" / "v2" / "plain.pt2"
+    nested.parent.mkdir(parents=True)
+    _archive(nested, {"model/data/aotinductor/model/x.so": b"x"})
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "dist"), str(tmp_path / "empty")]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED {nested}: carries no bundled inputs and outputs" in out
+    assert f"FAILED {tmp_path / 'empty'}: a directory without .pt2 packages" in out
