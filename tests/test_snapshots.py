@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import cast
 
 import pytest
 from safetensors import safe_open
@@ -169,3 +170,130 @@ def test_goldens_record_match_catch_drift_and_update(
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert f"ok {dist / 'mlp.pt2'} on cpu" in cli.stdout
+
+
+GOLDENS_WITHOUT_A_COMPILE = """
+import os
+
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("expression", ["x*2", "x/2"])
+def test_ids(aoti_snapshot, expression):
+    x = torch.arange(4.0)
+    aoti_snapshot(eval(expression))
+
+
+def test_empty(aoti_snapshot):
+    aoti_snapshot((torch.ones(1),) if os.environ.get("CHANGE_STRUCTURE") else ())
+
+
+def test_extended_name(aoti_snapshot):
+    aoti_snapshot(torch.ones(2), name="logits")
+    aoti_snapshot(torch.zeros(3), name="logits.aux")
+
+
+def test_object(aoti_snapshot):
+    aoti_snapshot(object())
+
+
+def test_generator(aoti_snapshot):
+    aoti_snapshot(x for x in range(2))
+
+
+def test_sparse(aoti_snapshot):
+    aoti_snapshot(torch.eye(2).to_sparse())
+
+
+def test_number_as_name(aoti_snapshot):
+    aoti_snapshot(torch.ones(1), name=5)
+
+
+def test_name_twice(aoti_snapshot):
+    aoti_snapshot(torch.ones(1), name="a")
+    aoti_snapshot(torch.ones(1), name="a")
+
+
+def test_tolerance_without_snapshot(aoti_check):
+    aoti_check(torch.nn.Linear(2, 2), (torch.ones(1, 2),), snapshot_rtol=1e-3, snapshot_atol=1e-5)
+
+
+def test_compile_with_snapshot(aoti_compile):
+    aoti_compile(torch.nn.Linear(2, 2), (torch.ones(1, 2),), snapshot=True)
+"""
+
+REFUSED = {
+    "test_object": "TypeError: snapshot 'snapshot0': a value of type object; a snapshot holds tensors and plain values",
+    "test_generator": (
+        "TypeError: snapshot 'snapshot0': a value of type generator (a generator or iterator: pass list(...) of it)"
+    ),
+    "test_sparse": "TypeError: snapshot 'snapshot0': a tensor of layout torch.sparse_coo (store leaf.to_dense())",
+    "test_number_as_name": "TypeError: snapshot name: expected a string, got int 5",
+    "test_name_twice": "ValueError: snapshot name 'a' is used twice in this test: give each snapshot its own name",
+    "test_tolerance_without_snapshot": (
+        "TypeError: snapshot_rtol/snapshot_atol are the golden comparison's tolerances, and this call takes no "
+        "snapshot: add snapshot=True, or drop them"
+    ),
+    "test_compile_with_snapshot": "TypeError: snapshot=True: only aoti_check compares a package's outputs",
+}
+
+
+def _failure_messages(path: Path) -> dict[str, str]:
+    import xml.etree.ElementTree as ET
+
+    return {
+        case.get("name", ""): failure.get("message", "")
+        for case in ET.parse(path).getroot().iter("testcase")
+        for failure in case.iter("failure")
+    }
+
+
+def test_goldens_file_names_structure_names_and_refused_values(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two parameter ids a file name cannot tell apart, an output without leaves, a name that extends another, and
+    what a golden cannot hold, in a user's suite under xdist; the ini twin of --aoti-snapshot-update does not act."""
+    pytester.makepyfile(test_user=GOLDENS_WITHOUT_A_COMPILE)
+    monkeypatch.delenv("CI", raising=False)
+    kept = ["test_ids", "test_empty", "test_extended_name"]
+
+    first = run_pytest("-p", "no:logging", "-n", "2", "--junitxml=first.xml")
+    first.assert_outcomes(passed=4, failed=len(REFUSED))
+    failures = _failure_messages(pytester.path / "first.xml")
+    for name, message in REFUSED.items():
+        assert failures[name].startswith(message), failures[name]
+        assert " at 0x" not in failures[name]
+    assert "INTERNALERROR" not in first.stdout.str()
+    goldens = sorted(path.name for path in (pytester.path / GOLDENS).iterdir())
+    assert goldens == [
+        "test_empty.safetensors",
+        "test_extended_name.safetensors",
+        "test_ids[x%2A2].safetensors",
+        "test_ids[x%2F2].safetensors",
+        "test_name_twice.safetensors",  # its first snapshot, before the second was refused
+    ]
+
+    second = run_pytest("-p", "no:logging", "-n", "2", "-k", " or ".join(kept), "--junitxml=second.xml")
+    second.assert_outcomes(passed=4)  # xdist's workers deselect: the controller counts none
+    assert "aoti snapshot written" not in second.stdout.str()
+    cases = junit_cases(pytester.path / "second.xml")
+    recorded = {name: cast(dict[str, str], case["properties"])["aoti_snapshot"] for name, case in cases.items()}
+    assert recorded == {
+        "test_ids[x*2]": "snapshot0: matched",
+        "test_ids[x/2]": "snapshot0: matched",
+        "test_empty": "snapshot0: matched",
+        "test_extended_name": "logits: matched; logits.aux: matched",
+    }
+
+    # The empty golden holds: a change of structure fails, also with the ini twin of --aoti-snapshot-update set
+    # (an action for one run, not a setting), and is recorded with --aoti-snapshot-update.
+    monkeypatch.setenv("CHANGE_STRUCTURE", "1")
+    pytester.makeini("[pytest]\naoti_snapshot_update = true\n")
+    changed = run_pytest("-p", "no:logging", "-k", "test_empty")
+    changed.assert_outcomes(failed=1, deselected=len(REFUSED) + 3)
+    changed.stdout.fnmatch_lines(["*cpu/snapshot0[[]0[]]: in this run's outputs, not in the golden*"])
+    pytester.makeini("[pytest]\n")
+    updated = run_pytest("-p", "no:logging", "-k", "test_empty", "--aoti-snapshot-update")
+    updated.assert_outcomes(passed=1, deselected=len(REFUSED) + 3)
+    updated.stdout.fnmatch_lines(["aoti snapshot updated: *test_empty.safetensors (snapshot0: updated)"])
