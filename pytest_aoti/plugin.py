@@ -27,6 +27,7 @@ pytest_plugins = [
     "pytest_aoti.snapshots.plugin",
     "pytest_aoti.verify.plugin",
     "pytest_aoti.deploy.plugin",
+    "pytest_aoti.ci_summary",
 ]
 
 one_worker_key = pytest.StashKey[bool]()
