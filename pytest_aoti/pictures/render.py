@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 NO_MATPLOTLIB = "pictures need matplotlib: pip install 'pytest-aoti[plots]'"
 # Zero errors have no place on a log axis: they are drawn at this floor and the caption says so.
 LOG_FLOOR = 1e-12
+# Up to this many launches, the kernel errors' x axis names each kernel.
+NAMED_LAUNCHES = 12
 # A timeline of more kernels than this shows the ones around the marked kernel.
 TIMELINE_WINDOW = 40
 
@@ -56,6 +58,8 @@ def _divergence_text(record: Divergence) -> tuple[str, str, Table]:
             f"first divergent kernel: {diverged.kernel} (launch {diverged.launch}){at}; max abs err "
             f"{_g(diverged.max_abs)}, max rel err {_g(diverged.max_rel)} (test tolerance {record.tolerance})"
         )
+    if any(k.max_abs == 0 or k.max_rel == 0 for k in record.kernels):
+        caption += f"; an error of 0 is drawn at {LOG_FLOOR:g}"
     rows = [("launch", "kernel", "max abs err", "max rel err", "")]
     rows += [
         (str(k.launch), k.kernel, _g(k.max_abs), _g(k.max_rel), "first divergent" if k is diverged else "")
@@ -131,6 +135,13 @@ def _draw_divergence(figure: Figure, record: Divergence) -> None:
         axes.plot(launches, [max(v, LOG_FLOOR) if math.isfinite(v) else math.nan for v in values], style, label=label)
     axes.set_yscale("log")
     axes.set_xlabel("kernel launch (in order)")
+    if len(launches) <= NAMED_LAUNCHES:
+        names = [f"{k.launch}: {k.kernel}" for k in record.kernels]
+        axes.set_xticks(launches, names, rotation=20, ha="right", fontsize=7)
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("error against eager")
     diverged = next((k for k in record.kernels if k.launch == record.diverged_launch), None)
     if diverged is not None:
