@@ -11,7 +11,14 @@ Each line gives interpreter start and imports, export, compile, load and run, an
 Inductor's own steps (inclusive; steps nest, and the kernel compiles run in Inductor's worker processes, so only
 the time the compile waited for them shows).
 
+``--isa-verdict``: a fresh worker's first compile (fresh interpreter, empty Inductor cache) without and with the CPU
+vector-ISA probe's verdict recorded in pytest-aoti's cache dir: the first build probes and records it
+(``core.cache.record_isa_probe``), the second is given ``TORCHINDUCTOR_VEC_ISA_OK=1`` because the verdict is there
+(``core.cache.isa_probe_recorded``), as pytest-aoti gives it to a later session's xdist workers and debug children.
+The pair is repeated ``--repeats`` times.
+
     python bench/compile_breakdown.py [--device cpu|cuda] [--builds plain,kernels,tensors]
+    python bench/compile_breakdown.py --isa-verdict [--device cpu|cuda] [--repeats N]
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ def _time_commands(totals: dict[str, float]) -> None:
         setattr(subprocess, name, timed)
 
 
-def child(device: str, package_dir: str, started: float) -> None:
+def child(device: str, package_dir: str, started: float, record_isa_to: str | None) -> None:
     """One build, in this fresh interpreter (the build's environment was set before torch was imported)."""
     import torch
 
@@ -124,7 +131,12 @@ def child(device: str, package_dir: str, started: float) -> None:
     except RuntimeError:
         pass  # NaN asserts on CUDA
     seconds["run"] = time.perf_counter() - mark
-    print(json.dumps({"seconds": seconds, "steps": steps, "commands": commands}))
+    recorded = None
+    if record_isa_to is not None:
+        from pytest_aoti.core.cache import record_isa_probe
+
+        recorded = record_isa_probe(Path(record_isa_to))
+    print(json.dumps({"seconds": seconds, "steps": steps, "commands": commands, "isa_recorded": recorded}))
 
 
 def _build_env(build: str) -> dict[str, str]:
@@ -142,12 +154,22 @@ def main() -> None:
         action="store_true",
         help="debug builds with TORCHINDUCTOR_VEC_ISA_OK=1, as a debug child whose parent's compile probed gets them",
     )
+    parser.add_argument(
+        "--isa-verdict",
+        action="store_true",
+        help="a fresh worker's first compile without, then with, the ISA probe's verdict recorded by the first",
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of builds with --isa-verdict")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--record-isa-to", help=argparse.SUPPRESS)
     parser.add_argument("--package-dir", help=argparse.SUPPRESS)
     parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.device, args.package_dir, args.started)
+        child(args.device, args.package_dir, args.started, args.record_isa_to)
+        return
+    if args.isa_verdict:
+        isa_verdict(args.device, args.repeats)
         return
     print(f"device {args.device}" + (" (debug builds skip the CPU vector-ISA probe)" if args.skip_isa_probe else ""))
 
@@ -157,27 +179,55 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="compile-breakdown-") as tmp:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor-cache")}
         for build in args.builds.split(","):
-            command = [sys.executable, __file__, "--child", "--device", args.device, "--package-dir", tmp]
-            wall = time.perf_counter()
-            done = subprocess.run(
-                [*command, "--started", f"{time.time():.6f}"],
-                env={**env, **_build_env(build), **probe_skipped(build)},
-                capture_output=True,
-                text=True,
-            )
-            wall = time.perf_counter() - wall
-            if done.returncode != 0:
-                print(done.stdout[-2000:], done.stderr[-4000:], sep="\n")
-                raise SystemExit(f"build {build} failed ({done.returncode})")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            seconds = result["seconds"]
-            seconds["exit"] = wall - sum(seconds.values())  # interpreter shutdown: the GC over torch's objects
-            parts = ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
-            steps = ", ".join(f"{name} {result['steps'][name]:.1f}" for name in STEPS if name in result["steps"])
-            print(f"{build}: {wall:.1f} s in all: {parts}")
-            print(f"{' ' * len(build)}  inside compile: {steps}")
-            commands = ", ".join(f"{name} {value:.1f}" for name, value in sorted(result["commands"].items()))
-            print(f"{' ' * len(build)}  external commands: {commands or 'none'}")
+            wall, result = _build(args.device, tmp, {**env, **_build_env(build), **probe_skipped(build)}, build)
+            _print_build(build, wall, result)
+
+
+def _build(device: str, package_dir: str, env: dict[str, str], label: str, *extra: str) -> tuple[float, dict[str, Any]]:
+    """One build in a fresh interpreter with ``env``: its wall time and what the child measured."""
+    command = [sys.executable, __file__, "--child", "--device", device, "--package-dir", package_dir, *extra]
+    wall = time.perf_counter()
+    done = subprocess.run([*command, "--started", f"{time.time():.6f}"], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - wall
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-4000:], sep="\n")
+        raise SystemExit(f"build {label} failed ({done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["seconds"]["exit"] = wall - sum(result["seconds"].values())  # shutdown: the GC over torch's objects
+    return wall, result
+
+
+def _print_build(label: str, wall: float, result: dict[str, Any]) -> None:
+    parts = ", ".join(f"{name} {value:.1f}" for name, value in result["seconds"].items())
+    steps = ", ".join(f"{name} {result['steps'][name]:.1f}" for name in STEPS if name in result["steps"])
+    print(f"{label}: {wall:.1f} s in all: {parts}")
+    print(f"{' ' * len(label)}  inside compile: {steps}")
+    commands = ", ".join(f"{name} {value:.1f}" for name, value in sorted(result["commands"].items()))
+    print(f"{' ' * len(label)}  external commands: {commands or 'none'}")
+
+
+def isa_verdict(device: str, repeats: int) -> None:
+    """A fresh worker's first compile (empty Inductor cache each) probing, then given the verdict it recorded."""
+    from pytest_aoti.core.cache import PackageCache, isa_probe_recorded
+
+    print(f"device {device}: a fresh worker's first compile, without and with the recorded ISA-probe verdict")
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_VEC_ISA_OK"}
+    compiles: dict[str, list[float]] = {"probing": [], "recorded verdict": []}
+    with tempfile.TemporaryDirectory(prefix="compile-breakdown-") as tmp:
+        for repeat in range(repeats):
+            verdict_dir = Path(tmp) / f"aoti-cache-{repeat}"
+            assert PackageCache.open(verdict_dir, max_bytes=1 << 30) is not None  # marked: a verdict may go there
+            for label in compiles:
+                given = {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if isa_probe_recorded(verdict_dir) else {}
+                if (label == "recorded verdict") != bool(given):
+                    raise SystemExit(f"{label}: the verdict was {'' if given else 'not '}recorded before this build")
+                build_env = {**env, **given, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, f"inductor-{repeat}-{label}")}
+                record = ["--record-isa-to", str(verdict_dir)] if label == "probing" else []
+                wall, result = _build(device, tmp, build_env, label, *record)
+                _print_build(f"{label} (pair {repeat + 1})", wall, result)
+                compiles[label].append(result["seconds"]["compile"])
+    probing, given = min(compiles["probing"]), min(compiles["recorded verdict"])
+    print(f"first compile: probing {probing:.1f} s, with the recorded verdict {given:.1f} s ({given / probing:.2f}x)")
 
 
 if __name__ == "__main__":
