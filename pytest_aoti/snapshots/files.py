@@ -1,10 +1,9 @@
-"""Where golden files live: ``__aoti_snapshots__/<test file stem>/<test id>.safetensors`` beside the test file, and
-how they are created. Torch-free: the session's summary lists unused golden files without importing torch."""
+"""Where golden files live: ``__aoti_snapshots__/<test file stem>/<test id>.safetensors`` beside the test file.
+Torch-free: the session's summary lists unused golden files without importing torch."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,11 +40,3 @@ def golden_files(directory: Path) -> Iterator[Path]:
     """The golden files under one test file's snapshot directory."""
     if directory.is_dir():
         yield from sorted(path for path in directory.glob("*.safetensors") if not path.name.startswith(".partial-"))
-
-
-def readable_as_umask_allows(path: str | Path) -> None:
-    """mkstemp makes files only their owner can read, and a writer may replace the file: a golden file (committed)
-    or a package (shipped) is made as ``open`` would make it, for the other users of a shared checkout."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)

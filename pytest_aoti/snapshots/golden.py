@@ -24,10 +24,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from pytest_aoti.core.environment import PACKAGE_KEY, environment, environment_diff
-from pytest_aoti.core.environment import cpu_description as cpu_description  # benchmark.timing's, until it moves
 from pytest_aoti.core.errors import AOTISnapshotError
 from pytest_aoti.core.output_diff import OutputDiff, compare, default_tolerance
-from pytest_aoti.snapshots.files import readable_as_umask_allows as readable_as_umask_allows  # verify's, until it moves
 from pytest_aoti.snapshots.golden_file import GoldenFile, safetensors_stores
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")

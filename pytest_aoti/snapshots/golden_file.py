@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from pytest_aoti.core.bundled_io import readable_as_umask_allows
 from pytest_aoti.core.errors import AOTISnapshotError
-from pytest_aoti.snapshots.files import readable_as_umask_allows
 
 FORMAT = "pytest-aoti snapshot 1"
 # safetensors has no complex128: such tensors are stored as float64 pairs (torch.view_as_real), listed here.
@@ -189,7 +189,7 @@ class GoldenFile:
             os.close(handle)
             try:
                 save_file(stored, partial, metadata=metadata)
-                readable_as_umask_allows(partial)  # after saving: safetensors makes the file anew, mode 0600
+                readable_as_umask_allows(partial)  # after saving: safetensors makes the file anew, 0600
                 os.replace(partial, self.path)
             finally:
                 if os.path.exists(partial):
