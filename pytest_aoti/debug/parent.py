@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import tempfile
+import traceback
 from collections.abc import Generator
 from dataclasses import asdict
 from pathlib import Path
@@ -23,9 +24,9 @@ import pytest
 
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
-from pytest_aoti.core.processes import signal_name
 from pytest_aoti.core.protocol import Outcome, Stage, VerdictSummary
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
+from pytest_aoti.debug.in_order import InOrderScheduling
 from pytest_aoti.debug.reporting import (
     SECTION_TITLE,
     isolated_reports,
@@ -36,12 +37,19 @@ from pytest_aoti.debug.reporting import (
 )
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
+from pytest_aoti.debug.xdist_compat import count_crash_failure, worker_exit
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
+interrupted_key = pytest.StashKey[bool]()
+HOOK_ERROR_TITLE = "aoti verdict hook error"
 # workerinput key: this worker is the one pytest-aoti made of the session (the crash guard), see XdistController.
 SUPERVISED_WORKER = "aoti_supervised"
+# workerinput key: the supervised session's failures before this worker started (it replaces one that crashed).
+FAILURES_BEFORE = "aoti_failures_before"
+# workeroutput key: a test in this worker called pytest.exit (its reason and return code).
+WORKER_EXIT = "aoti_exit"
 
 
 def children_dir(config: pytest.Config) -> Path:
@@ -84,7 +92,8 @@ def attach_debug(
     """Debug-rerun the failed test (unless triage says a rerun cannot tell more) and attach the verdict to its
     report. ``reached_aoti``: whether the test announced any pytest-aoti phase (export, compile, load, run) before
     it failed. Returns the JUnit properties, which the caller must also put on the test's teardown report: junitxml
-    reads ``user_properties`` from that one only."""
+    reads ``user_properties`` from that one only. A Ctrl-C during the rerun ends the rerun, not the report: the
+    caller logs the report, then :func:`raise_if_interrupted` ends the run."""
     plan = triage(
         failure,
         request,
@@ -96,12 +105,19 @@ def attach_debug(
         verdict = Verdict(report.nodeid, not_rerun=plan.not_rerun)
     else:
         workdir = _workdir(config, report.nodeid)
-        verdict = debug_rerun(config, report.nodeid, test_path=test_path, workdir=workdir, request=request, plan=plan)
-        # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
-        # failure, not the test's: the verdict says so.
-        original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
-        verdict.test_failure = failure_if_different(original, verdict)
-    config.hook.pytest_aoti_verdict(config=config, nodeid=report.nodeid, verdict=verdict)
+        try:
+            verdict = debug_rerun(
+                config, report.nodeid, test_path=test_path, workdir=workdir, request=request, plan=plan
+            )
+        except KeyboardInterrupt:
+            config.stash[interrupted_key] = True
+            verdict = Verdict(report.nodeid, not_rerun="the debug rerun was interrupted (KeyboardInterrupt)")
+        else:
+            # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
+            # failure, not the test's: the verdict says so.
+            original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
+            verdict.test_failure = failure_if_different(original, verdict)
+    _publish_verdict(config, report, verdict)
     properties = user_properties(verdict)
     report.sections.append((SECTION_TITLE, section_text(verdict)))
     report.user_properties = [*report.user_properties, *properties]
@@ -109,10 +125,31 @@ def attach_debug(
     return properties
 
 
+def _publish_verdict(config: pytest.Config, report: pytest.TestReport, verdict: Verdict) -> None:
+    """``pytest_aoti_verdict``: a hook implementation that raises is the hook's error, reported on the test's
+    report with its traceback, not the run's end."""
+    try:
+        config.hook.pytest_aoti_verdict(config=config, nodeid=report.nodeid, verdict=verdict)
+    except Exception:
+        report.sections.append((HOOK_ERROR_TITLE, traceback.format_exc()))
+
+
+def raise_if_interrupted(config: pytest.Config) -> None:
+    """Ctrl-C came during a debug rerun: the report that rerun was for is logged, now the run ends as pytest's
+    does on Ctrl-C."""
+    if config.stash.get(interrupted_key, False):
+        raise KeyboardInterrupt
+
+
 class ParentSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
+        if getattr(config, "workerinput", {}).get(FAILURES_BEFORE):
+            # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
+            # stepwise plugin reads the option when it configures itself, after this).
+            config.option.stepwise = config.option.stepwise or config.option.stepwise_skip
+            config.option.stepwise_skip = False
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
         if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
@@ -167,6 +204,7 @@ class ParentSession:
                 report.user_properties = [*report.user_properties, *properties]
             item.ihook.pytest_runtest_logreport(report=report)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        raise_if_interrupted(self.config)
         return True
 
     def _run_in_process_with_debug(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -194,6 +232,7 @@ class ParentSession:
             if when == "teardown":  # junitxml reads the properties from the teardown report
                 report.user_properties = [*report.user_properties, *properties]
             item.ihook.pytest_runtest_logreport(report=report)
+            raise_if_interrupted(self.config)
             return report
 
         has_request = hasattr(item, "_request")
@@ -236,6 +275,16 @@ class ParentSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         phases.forget()  # what counts is what this test reaches
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        session.testsfailed = getattr(self.config, "workerinput", {}).get(FAILURES_BEFORE, 0)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """An xdist worker whose test called ``pytest.exit``: the controller ends the run the same way (xdist
+        itself takes the test that was running for a crash)."""
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None and isinstance(excinfo.value, pytest.exit.Exception):
+            workeroutput[WORKER_EXIT] = {"reason": excinfo.value.msg, "returncode": excinfo.value.returncode}
 
     def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the
@@ -313,6 +362,34 @@ class XdistController:
         self.collected_nodes: set[int] = set()
         self.crashed_in_setup_last = False
         self.stop_reason: str | None = None
+        self.session: pytest.Session | None = None
+
+    def _session_stops(self) -> bool:
+        session = self.session
+        return session is not None and bool(session.shouldfail or session.shouldstop)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> InOrderScheduling | None:
+        return InOrderScheduling(self._session_stops) if self.supervising else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """The supervised session stops as pytest's own loop does: ``-x``/``--maxfail`` a failure (exit status 1),
+        ``--sw`` an interruption, counted over crash reports too (xdist would make both an interruption)."""
+        try:
+            result = yield
+        except KeyboardInterrupt:  # xdist's Interrupted, when its worker stopped itself
+            if not (self.supervising and self._session_stops()):
+                raise
+            result = True
+        if self.supervising and session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if self.supervising and session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        return result
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -338,6 +415,8 @@ class XdistController:
             )
             teardown.node = getattr(report, "node", None)  # type: ignore[attr-defined]
             self.config.hook.pytest_runtest_logreport(report=teardown)
+        if getattr(report, "aoti_crashed", False):
+            raise_if_interrupted(self.config)  # the crash report is logged: Ctrl-C came during its debug rerun
         if self.stop_reason is not None and getattr(report, "aoti_crashed", False):
             pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
 
@@ -345,6 +424,8 @@ class XdistController:
     def pytest_configure_node(self, node: Any) -> None:
         if self.supervising:
             node.workerinput[SUPERVISED_WORKER] = True
+            # A worker that replaces a crashed one counts the failures before it toward -x/--maxfail.
+            node.workerinput[FAILURES_BEFORE] = self.session.testsfailed if self.session is not None else 0
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
@@ -354,17 +435,15 @@ class XdistController:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         in_setup = crashitem not in self.setup_passed
         in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
-        how = _worker_exit(getattr(report, "node", None))
+        how = worker_exit(getattr(report, "node", None))
         # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
         # setup or teardown an error, as pytest reports a fixture's exception there.
         report.when = "setup" if in_setup else "teardown" if in_teardown else "call"
         where = ", in setup" if in_setup else ", in teardown" if in_teardown else ""
         report.longrepr = f"{report.longrepr} ({how}{where})"
         report.aoti_crashed = True  # type: ignore[attr-defined]
-        # xdist counts its workers' reports toward -x/--maxfail, but not the crash reports it makes itself.
-        count_failure = getattr(self.config.pluginmanager.getplugin("dsession"), "_handlefailures", None)
-        if count_failure is not None:
-            count_failure(report)
+        if not self.supervising:  # the supervised session stops through its scheduler
+            count_crash_failure(self.config, report)
         if self.supervising and in_setup and self.crashed_in_setup_last:
             self.stop_reason = (
                 f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "
@@ -401,29 +480,16 @@ class XdistController:
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from pytest_aoti.fixtures import worker_stats_key
 
-        stats = getattr(node, "workeroutput", {}).get("aoti_cache_stats")
+        workeroutput = getattr(node, "workeroutput", {})
+        stats = workeroutput.get("aoti_cache_stats")
         if stats:
             self.config.stash.setdefault(worker_stats_key, []).append(stats)
+        exited = workeroutput.get(WORKER_EXIT)
+        if isinstance(exited, dict):
+            pytest.exit(str(exited.get("reason")), returncode=exited.get("returncode"))
         if self.supervising and error and id(node) not in self.collected_nodes:
             pytest.exit(
                 f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "
-                f"({_worker_exit(node)}); a crash during collection would repeat in every new worker",
+                f"({worker_exit(node)}); a crash during collection would repeat in every new worker",
                 returncode=pytest.ExitCode.INTERRUPTED,
             )
-
-
-def _worker_exit(node: Any) -> str:
-    """How a crashed xdist worker ended (``SIGSEGV``, ``exit code 3``), read off its process where execnet's popen
-    gateway exposes it; ``crashed`` otherwise."""
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
-    if popen is None:
-        return "crashed"
-    try:
-        returncode = popen.wait(timeout=10)
-    except Exception:  # still running, or not a Popen after all
-        return "crashed"
-    if returncode is None:
-        return "crashed"
-    if returncode < 0:
-        return f"crashed with {signal_name(-returncode)}"
-    return f"exited with code {returncode}"
