@@ -105,12 +105,9 @@ class Refused:
     reason: str
 
 
-def signature(secret: bytes, key: str, chunks: Iterator[bytes] | list[bytes]) -> str:
-    """HMAC-SHA256 over the key and the package's bytes."""
-    mac = hmac.new(secret, _SIGNATURE_DOMAIN + key.encode() + b"\0", hashlib.sha256)
-    for chunk in chunks:
-        mac.update(chunk)
-    return mac.hexdigest()
+def signer(secret: bytes, key: str) -> hmac.HMAC:
+    """HMAC-SHA256 over the key and then, as they are fed to it, the package's bytes."""
+    return hmac.new(secret, _SIGNATURE_DOMAIN + key.encode() + b"\0", hashlib.sha256)
 
 
 def _file_chunks(path: Path, size: int) -> Iterator[bytes]:
@@ -194,7 +191,7 @@ class RemoteStore:
         if self.settings.secret is not None and not signed:
             return Refused("unsigned")
         digest = hashlib.sha256()
-        mac = hmac.new(self.settings.secret or b"", _SIGNATURE_DOMAIN + key.encode() + b"\0", hashlib.sha256)
+        mac = signer(self.settings.secret or b"", key)
         written = 0
         with target.open("wb") as stream:
             for number in range(count):
@@ -222,21 +219,20 @@ class RemoteStore:
         upload = secrets.token_hex(8)
         chunk_names: list[str] = []
         try:
-            digest = hashlib.sha256()
+            digest, mac, size = hashlib.sha256(), signer(self.settings.secret or b"", key), 0
             for number, chunk in enumerate(_file_chunks(package, self.settings.chunk_bytes)):
                 chunk_names.append(chunk_key(key, upload, number))
                 self._client.set(chunk_names[-1], chunk, ex=UPLOAD_SECONDS)
                 digest.update(chunk)
-            secret = self.settings.secret
+                mac.update(chunk)
+                size += len(chunk)
             manifest = {
-                "size": package.stat().st_size,
+                "size": size,
                 "chunks": len(chunk_names),
                 "upload": upload,
                 "sha256": digest.hexdigest(),
                 "compile_seconds": compile_seconds,
-                "signature": (
-                    signature(secret, key, _file_chunks(package, self.settings.chunk_bytes)) if secret else None
-                ),
+                "signature": mac.hexdigest() if self.settings.secret else None,
             }
             keys = [manifest_key(key), *chunk_names]
             published = self._client.eval(_PUBLISH, len(keys), *keys, json.dumps(manifest), "1" if replace else "0")
