@@ -14,6 +14,7 @@ Plain Python over torch and safetensors: the pytest glue is in :mod:`pytest_aoti
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ class GoldenOutputs:
     outcomes: list[tuple[str, Outcome]] = field(default_factory=list)
     _file: GoldenFile | None = None
     _cleared: set[str] = field(default_factory=set)
+    _before_update: GoldenFile | None = None  # the file as read, once an update cleared a device class of it
     _names: dict[str, int] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
 
@@ -137,9 +139,10 @@ class GoldenOutputs:
         cls = device_class(value)
         full = f"{cls}/{name}"
         tensors, others = flatten(full, value)
-        golden = self._read()
-        old_tensors, old_others = golden.entries(full)
-        if not golden.has(full):
+        # What the file held before this test's update cleared it: a later snapshot compares with its old golden.
+        recorded = self._before_update or self._read()
+        old_tensors, old_others = recorded.entries(full)
+        if not recorded.has(full):
             outcome = self._record(name, cls, full, tensors, others, package_key, had_golden=False)
         else:
             found = self._differences(tensors, others, old_tensors, old_others, rtol, atol)
@@ -178,6 +181,10 @@ class GoldenOutputs:
                 "and commit the file"
             )
         if self.update and cls not in self._cleared:
+            if self._before_update is None:
+                self._before_update = dataclasses.replace(
+                    golden, tensors=dict(golden.tensors), others=dict(golden.others), snapshots=dict(golden.snapshots)
+                )
             golden.clear(cls)
             self._cleared.add(cls)
         golden.replace(full, tensors, others)

@@ -180,7 +180,7 @@ def test_a_name_that_extends_another_is_its_own_snapshot_and_a_name_twice_is_ref
             goldens.check("logits", torch.ones(2), user_name=True)
     updating = GoldenOutputs(path, missing="write", update=True)
     assert updating.check("logits", torch.full((2,), 2.0), user_name=True) == "updated"
-    assert updating.check("logits.aux", torch.zeros(3), user_name=True) == "written"
+    assert updating.check("logits.aux", torch.zeros(3), user_name=True) == "matched"  # its golden before the update
     assert GoldenOutputs(path, missing="fail").check("logits", torch.full((2,), 2.0), user_name=True) == "matched"
     # A default name the test took for a snapshot of its own is passed over.
     named_first = GoldenOutputs(tmp_path / "other.safetensors", missing="write")
@@ -286,3 +286,23 @@ def test_golden_files_are_as_readable_as_the_umask_allows(tmp_path: Path) -> Non
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_golden_file_from_before_the_snapshot_lists_still_matches_and_update_rewrites_it(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "golden.safetensors"
+    legacy = {"format": "pytest-aoti snapshot 1", "others": '{"cpu/logits.aux[1]": "7"}', "environments": "{}"}
+    save_file({"cpu/logits": torch.ones(2), "cpu/logits.aux[0]": torch.zeros(3)}, str(path), metadata=legacy)
+    assert GoldenOutputs(path, missing="fail").check("logits.aux", (torch.zeros(3), 7), user_name=True) == "matched"
+    # Read by name prefix, as it was written, "logits" took "logits.aux" too; an update separates them for good.
+    with pytest.raises(AOTISnapshotError, match=r"cpu/logits.aux\[0\]: in the golden, not in this run's outputs"):
+        GoldenOutputs(path, missing="fail").check("logits", torch.ones(2), user_name=True)
+    updating = GoldenOutputs(path, missing="fail", update=True)
+    assert updating.check("logits", torch.ones(2), user_name=True) == "updated"
+    assert updating.check("logits.aux", (torch.zeros(3), 7), user_name=True) == "matched"  # and rewritten
+    assert GoldenFile.read(path).snapshots == {
+        "cpu/logits": ["cpu/logits"],
+        "cpu/logits.aux": ["cpu/logits.aux[0]", "cpu/logits.aux[1]"],
+    }
+    assert GoldenOutputs(path, missing="fail").check("logits", torch.ones(2), user_name=True) == "matched"
