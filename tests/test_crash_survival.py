@@ -228,3 +228,128 @@ def test_what_users_combine_with_the_crash_guard(pytester: pytest.Pytester, run_
     collection = run_pytest("--aoti-debug")
     assert collection.ret == pytest.ExitCode.INTERRUPTED
     assert "ended while collecting (exited with code 7)" in collection.stdout.str()
+
+
+# Crashes (SIGSEGV) and plain failures in one file: under the crash guard a crash is a failure, so the run must be
+# the run plain pytest makes when both are failures (each a test run in pytest's order, counted by -x/--maxfail/--sw).
+CRASHES_AND_FAILURES = """
+import os
+import signal
+
+
+def test_0():
+    pass
+
+
+def test_1_crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_2():
+    pass
+
+
+def test_3_fail():
+    assert False
+
+
+def test_4():
+    pass
+
+
+def test_5_crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_6_fail():
+    assert False
+
+
+def test_7():
+    pass
+"""
+
+
+def _junit_order(path: Path) -> list[str]:
+    """The test cases of a JUnit file in the order pytest reported them, each with ``!`` if it failed."""
+    return [f"{name}{'!' if case['outcomes'] else ''}" for name, case in junit_cases(path).items()]
+
+
+@pytest.mark.parametrize(
+    ("options", "order", "returncode", "stop_line"),
+    [
+        ([], ["0", "1_crash!", "2", "3_fail!", "4", "5_crash!", "6_fail!", "7"], 1, None),
+        (["-x"], ["0", "1_crash!"], 1, "stopping after 1 failures"),
+        (["--maxfail=3"], ["0", "1_crash!", "2", "3_fail!", "4", "5_crash!"], 1, "stopping after 3 failures"),
+    ],
+    ids=["all", "-x", "--maxfail=3"],
+)
+def test_the_crash_guard_keeps_pytests_order_counts_and_exit_codes(
+    pytester: pytest.Pytester,
+    run_pytest: RunPytest,
+    options: list[str],
+    order: list[str],
+    returncode: int,
+    stop_line: str | None,
+) -> None:
+    """Plain ``--aoti-debug`` runs the session in one xdist worker, replaced after each crash: the tests after a
+    crash still run in pytest's order, and ``-x``/``--maxfail`` stop at pytest's count with pytest's exit status 1
+    (issue #43 A4)."""
+    pytester.makepyfile(test_mixed=CRASHES_AND_FAILURES)
+    result = run_pytest("--aoti-debug", "-p", "no:randomly", "--junitxml=r.xml", *options)
+    assert result.ret == returncode
+    assert _junit_order(pytester.path / "r.xml") == [f"test_{name}" for name in order]
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text + result.stderr.str()
+    if stop_line is not None:
+        assert f"!! {stop_line} !!" in text and "xdist.dsession.Interrupted" not in text
+
+
+def test_stepwise_stops_at_a_crash_and_starts_there_next_time(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """``--aoti-debug --sw`` stops at the first crash as at the first failure (pytest's exit status 2, interrupted),
+    the next ``--sw`` run starts at the crashed test, and ``--sw-skip`` skips one failure across the replaced worker
+    (issue #43 S6)."""
+    pytester.makepyfile(test_mixed=CRASHES_AND_FAILURES)
+    common = ["--aoti-debug", "-p", "cacheprovider", "-p", "no:randomly", "--junitxml=r.xml"]
+    first = run_pytest(*common, "--sw")
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    assert _junit_order(pytester.path / "r.xml") == ["test_0", "test_1_crash!"]
+    assert "Test failed, continuing from this test next run." in first.stdout.str()
+    again = run_pytest(*common, "--sw")
+    assert again.ret == pytest.ExitCode.INTERRUPTED
+    assert _junit_order(pytester.path / "r.xml") == ["test_1_crash!"]
+    skip_one = run_pytest(*common, "--sw", "--sw-skip")
+    assert skip_one.ret == pytest.ExitCode.INTERRUPTED
+    assert _junit_order(pytester.path / "r.xml") == ["test_1_crash!", "test_2", "test_3_fail!"]
+
+
+def test_pytest_exit_in_a_test_ends_the_guarded_run_with_its_code(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """``pytest.exit(returncode=7)`` under ``--aoti-debug`` (and ``-n 2``) ends the run with status 7, as plain
+    pytest does, not as a crash of the worker or an INTERNALERROR (issue #43 C2)."""
+    pytester.makepyfile(
+        test_exits="""
+        import pytest
+
+        def test_before():
+            pass
+
+        def test_exits():
+            pytest.exit("the suite asked to stop", returncode=7)
+
+        def test_after():
+            pass
+        """
+    )
+    for options in (["--aoti-debug"], ["-n", "2"]):
+        result = run_pytest(*options, "-p", "no:randomly", "--junitxml=r.xml")
+        assert result.ret == 7, options
+        text = result.stdout.str() + result.stderr.str()
+        assert "INTERNALERROR" not in text and "crashed" not in text, options
+        assert "the suite asked to stop" in text
+        cases = junit_cases(pytester.path / "r.xml")
+        assert "test_exits" not in cases and all(not case["outcomes"] for case in cases.values()), cases
+        if options == ["--aoti-debug"]:  # one worker, pytest's order: nothing ran after the exit
+            # Plain pytest's JUnit file too has a nameless case: junitxml times the exiting test's setup report.
+            assert [name for name in cases if name] == ["test_before"]

@@ -145,7 +145,7 @@ class ParentSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        if getattr(config, "workerinput", {}).get(FAILURES_BEFORE):
+        if getattr(config, "workerinput", {}).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
             # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
             # stepwise plugin reads the option when it configures itself, after this).
             config.option.stepwise = config.option.stepwise or config.option.stepwise_skip
