@@ -2,7 +2,7 @@
 zip checksums valid) crashes the process that loads it, and fails as that file while the others still verify, in
 ``python -m pytest_aoti.verify`` and ``pytest --aoti-verify`` (isolated too), leaving nothing in TMPDIR; ``dist/``
 is collected although pytest skips it by name; a link to a missing package is named; a tolerance of NaN is
-refused. And the deployment markers that would check nothing are collection errors naming the test."""
+refused."""
 
 from __future__ import annotations
 
@@ -134,54 +134,3 @@ def test_tolerances_must_be_finite_and_not_negative(shipped: Shipped, capsys: py
         verify_package(shipped.off_by_one, rtol=float("nan"), atol=float("nan"))
     with pytest.raises(AOTIVerifyError, match="outputs differ from the bundled golden outputs"):
         verify_package(shipped.off_by_one)
-
-
-MARKED = {
-    "test_bare": """
-import pytest
-
-@pytest.mark.aoti_deploy
-def test_bare(aoti_compile):
-    pass
-""",
-    "test_calls": """
-import pytest
-
-@pytest.mark.aoti_deploy(standalone=True, calls=4)
-def test_calls(aoti_compile):
-    pass
-""",
-    "test_no_fixture": """
-import pytest
-
-@pytest.mark.aoti_deploy(standalone=True)
-def test_no_fixture():
-    pass
-""",
-    "test_module_marker": """
-import pytest
-
-pytestmark = pytest.mark.aoti_deploy(threads=2)
-
-def test_builds_nothing():  # a module's marker applies to the tests there that build packages
-    pass
-""",
-}
-
-
-def test_deploy_markers_that_check_nothing_are_collection_errors(
-    pytester: pytest.Pytester, run_pytest: RunPytest
-) -> None:
-    pytester.makepyfile(**MARKED)
-    result = run_pytest("--continue-on-collection-errors", "-p", "no:logging", cache=None)
-    result.assert_outcomes(passed=1, errors=3)
-    result.stdout.fnmatch_lines(
-        [
-            "*test_bare.py::test_bare: @pytest.mark.aoti_deploy: names no check, so it checks nothing; ask for one or "
-            "more of standalone=True, threads=N, *",
-            "*test_calls.py::test_calls: @pytest.mark.aoti_deploy: calls=4 applies to the threads check, which is off "
-            "(threads=0): add threads=N *",
-            "*test_no_fixture.py::test_no_fixture: @pytest.mark.aoti_deploy: the checks run on the packages that "
-            "aoti_compile or aoti_check build in this test, and the test uses neither*",
-        ]
-    )

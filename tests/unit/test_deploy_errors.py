@@ -1,5 +1,6 @@
-"""What the stand-alone deployment check says when a fresh interpreter cannot rebuild the package's outputs: the
-text is the one a 2-layer BERT's package printed there (its outputs are a Hugging Face ModelOutput)."""
+"""The deployment checks' errors without a compile: what the stand-alone check says when a fresh interpreter cannot
+rebuild the package's outputs (the text a 2-layer BERT's package printed there: its outputs are a Hugging Face
+ModelOutput), and the ``aoti_deploy`` markers that would check nothing, refused at collection naming the test."""
 
 from __future__ import annotations
 
@@ -25,3 +26,59 @@ def test_an_unregistered_output_type_names_the_module_to_import() -> None:
         "model)"
     )
     assert unregistered_type_explanation("bundled.pt2: on cpu the package raised: RuntimeError: boom") is None
+
+
+@pytest.mark.parametrize(
+    ("marker", "fixture", "message"),
+    [
+        (
+            "aoti_deploy",
+            "aoti_compile",
+            "names no check, so it checks nothing; ask for one or more of standalone=True, threads=N, weights=True, "
+            "cuda_graph=True, probe_dims=True, device_matrix=True",
+        ),
+        (
+            "aoti_deploy(standalone=True, calls=4)",
+            "aoti_compile",
+            "calls=4 applies to the threads check, which is off (threads=0): add threads=N to call the package from N "
+            "threads at once",
+        ),
+        ("aoti_deploy(weights=True, num_runners=2)", "aoti_check", "num_runners=2 applies to the threads check"),
+        (
+            "aoti_deploy(standalone=True)",
+            "aoti_device",
+            "the checks run on the packages that aoti_compile or aoti_check build in this test, and the test uses "
+            "neither, so nothing would be checked",
+        ),
+        ("aoti_deploy(threads=True)", "aoti_compile", "threads= expected a whole number >= 0, got True"),
+    ],
+)
+def test_a_deploy_marker_that_checks_nothing_is_a_collection_error(
+    pytester: pytest.Pytester, marker: str, fixture: str, message: str
+) -> None:
+    pytester.makepyfile(
+        test_user=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_marked({fixture}):
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*test_user.py::test_marked: @pytest.mark.aoti_deploy: {message}*"])
+
+
+def test_a_module_marker_applies_to_the_tests_that_build_packages(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+
+        pytestmark = pytest.mark.aoti_deploy(threads=2)
+
+        def test_builds_nothing():
+            pass
+        """
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
