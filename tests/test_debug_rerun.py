@@ -478,3 +478,104 @@ def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
                 session.wait()
     assert "KeyboardInterrupt" in (pytester.path / "session.log").read_text()
     assert not [path for path in basetemp.rglob("*") if path.is_file()]
+
+
+def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pytester) -> None:
+    """Ctrl-C while the debug rerun of a crashed test runs ends the run (status 2, interrupted) with the crash
+    reported: a failure in the summary and one named JUnit test case whose verdict says the rerun was interrupted
+    (issue #43 S7). The rerun's child sleeps for an hour: only the Ctrl-C ends it."""
+    pid_file = pytester.path / "child.pid"
+    pytester.makepyfile(
+        test_user=f"""
+        import os
+        import signal
+        import time
+
+        import pytest
+
+        def test_before():
+            pass
+
+        @pytest.mark.aoti_ima(stages=("kernels",))
+        def test_crash(aoti_device):
+            if os.environ.get("PYTEST_AOTI_CHILD"):
+                with open({str(pid_file)!r}, "w") as stream:
+                    stream.write(str(os.getpid()))
+                time.sleep(3600)
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+        def test_after():
+            pass
+        """
+    )
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly"]
+    with (pytester.path / "session.log").open("wb") as output:
+        session = pytester.popen(
+            [*command, "--aoti-debug", "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"],
+            stdin=pytester.CLOSE_STDIN,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, as a terminal's foreground job
+            preexec_fn=_terminal_signals,
+        )
+        try:
+            child = _pid_written(pid_file, session, "the debug rerun's child never started the test")
+            os.killpg(session.pid, signal.SIGINT)
+            assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
+            _wait_gone(child, "the debug rerun's child outlived the session")
+        finally:
+            if session.poll() is None:
+                os.killpg(session.pid, signal.SIGKILL)
+                session.wait()
+    text = (pytester.path / "session.log").read_text()
+    assert "KeyboardInterrupt" in text and "1 failed, 1 passed" in text, text[-3000:]
+    assert "test_user.py::test_crash: not rerun: the debug rerun was interrupted (KeyboardInterrupt)" in text
+    cases = junit_cases(pytester.path / "r.xml")
+    assert list(cases) == ["test_before", "test_crash"]
+    assert cases["test_crash"]["outcomes"] == ["failure"]
+    properties = cases["test_crash"]["properties"]
+    assert isinstance(properties, dict) and "interrupted" in str(properties["aoti_verdict"])
+
+
+RAISING_VERDICT_HOOK = """
+import pytest
+
+
+@pytest.fixture
+def broken_data():
+    raise FileNotFoundError("data.bin")
+
+
+@pytest.mark.aoti_ima
+def test_setup_fails(aoti_device, broken_data):
+    pass
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.parametrize("how", [[], ["--aoti-debug"], ["-n", "2"]], ids=["marker only", "--aoti-debug", "-n 2"])
+def test_a_raising_verdict_hook_is_reported_and_the_run_goes_on(
+    pytester: pytest.Pytester, run_pytest: RunPytest, how: list[str]
+) -> None:
+    """A conftest's ``pytest_aoti_verdict`` that raises is reported on the test's report with its traceback, and
+    every other test runs: no INTERNALERROR (issue #43 C3). (A setup failure before pytest-aoti ran is not rerun: its
+    verdict says so, without a child.)"""
+    pytester.makeconftest(
+        """
+        def pytest_aoti_verdict(config, nodeid, verdict):
+            raise ValueError("the dashboard is down")
+        """
+    )
+    pytester.makepyfile(test_user=RAISING_VERDICT_HOOK)
+    result = run_pytest(*how, "--junitxml=r.xml")
+    result.assert_outcomes(passed=1, errors=1)
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text + result.stderr.str()
+    assert "aoti verdict hook error" in text
+    assert 'raise ValueError("the dashboard is down")' in text
+    assert "pytest_aoti_verdict raised ValueError: the dashboard is down (test_user.py::test_setup_fails" in text
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["test_setup_fails"]["outcomes"] == ["error"] and cases["test_after"]["outcomes"] == []

@@ -332,6 +332,7 @@ class ParentSession:
                         f"CUDA context poisoned by {report.nodeid}: later CUDA tests of that process ran in fresh "
                         "subprocesses"
                     )
+                poisoned += _hook_errors(report)
         stats = cache_stats(config)
         if not verdicts and not poisoned and not stats:
             return
@@ -342,6 +343,16 @@ class ParentSession:
             terminalreporter.write_line(cache_summary(stats))
         if children_dir_key in config.stash:
             terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}")
+
+
+def _hook_errors(report: pytest.TestReport) -> list[str]:
+    """A line per ``pytest_aoti_verdict`` error on ``report``: the traceback's last line."""
+    return [
+        f"pytest_aoti_verdict raised {text.strip().splitlines()[-1]} ({report.nodeid}; traceback in its report "
+        f"section '{HOOK_ERROR_TITLE}')"
+        for title, text in report.sections
+        if title == HOOK_ERROR_TITLE and text.strip()
+    ]
 
 
 class XdistController:
