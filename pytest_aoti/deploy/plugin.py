@@ -127,13 +127,20 @@ def deploy_request(item: pytest.Item, deploy_check: bool) -> DeployRequest:
     if marker is None:
         return DeployRequest(standalone=deploy_check)
     where = f"{item.nodeid}: @pytest.mark.aoti_deploy"
+    request = _marker_request(marker, where)
+    _refuse_what_checks_nothing(item, marker, request, where)
+    return dataclasses.replace(request, standalone=True) if deploy_check else request
+
+
+def _marker_request(marker: pytest.Mark, where: str) -> DeployRequest:
+    """The marker's arguments, bound through its signature (Python names a wrong keyword) and each checked."""
     try:
         args = inspect.signature(_aoti_deploy_signature).bind(*marker.args, **marker.kwargs)
     except TypeError as error:
         raise pytest.UsageError(f"{where}: {error}") from None
     args.apply_defaults()
     given = args.arguments
-    request = DeployRequest(
+    return DeployRequest(
         standalone=_flag(given["standalone"], where, "standalone"),
         threads=_count(given["threads"], where, "threads", least=0),
         calls=_count(given["calls"], where, "calls", least=1),
@@ -143,6 +150,9 @@ def deploy_request(item: pytest.Item, deploy_check: bool) -> DeployRequest:
         probe_dims=_flag(given["probe_dims"], where, "probe_dims"),
         device_matrix=_flag(given["device_matrix"], where, "device_matrix"),
     )
+
+
+def _refuse_what_checks_nothing(item: pytest.Item, marker: pytest.Mark, request: DeployRequest, where: str) -> None:
     if not request.any:
         raise pytest.UsageError(
             f"{where}: names no check, so it checks nothing; ask for one or more of standalone=True, threads=N, "
@@ -161,9 +171,6 @@ def deploy_request(item: pytest.Item, deploy_check: bool) -> DeployRequest:
             f"{where}: the checks run on the packages that aoti_compile or aoti_check build in this test, and the "
             "test uses neither, so nothing would be checked"
         )
-    if deploy_check:
-        request = dataclasses.replace(request, standalone=True)
-    return request
 
 
 def _fresh_dir(parent: Path, prefix: str) -> Path:

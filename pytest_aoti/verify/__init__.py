@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["bundle_io", "verify_package", "write_bundled_io"]
+__all__ = ["bundle_io", "verify_in_child", "verify_package", "write_bundled_io"]
 
 
 def __getattr__(name: str) -> Any:
