@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.core.compiler import CompiledModel
-    from pytest_aoti.debug.stages import Verdict as PublicVerdict
+    from pytest_aoti.debug.verdict import PublicVerdict
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ compiled kernels, a kernel that makes NaN, a hang, tests that print, warn, skip,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -565,7 +566,12 @@ def test_a_raising_verdict_hook_is_reported_and_the_run_goes_on(
     verdict says so, without a child.)"""
     pytester.makeconftest(
         """
+        import json
+
         def pytest_aoti_verdict(config, nodeid, verdict):
+            seen = {"type": type(verdict).__qualname__, "nodeid": verdict.nodeid, "headline": verdict.headline}
+            with open("verdicts.jsonl", "a") as stream:
+                stream.write(json.dumps(seen) + "\\n")
             raise ValueError("the dashboard is down")
         """
     )
@@ -579,3 +585,10 @@ def test_a_raising_verdict_hook_is_reported_and_the_run_goes_on(
     assert "pytest_aoti_verdict raised ValueError: the dashboard is down (test_user.py::test_setup_fails" in text
     cases = junit_cases(pytester.path / "r.xml")
     assert cases["test_setup_fails"]["outcomes"] == ["error"] and cases["test_after"]["outcomes"] == []
+    # The hook got the frozen public record, whose headline is the one JUnit shows.
+    (seen,) = [json.loads(line) for line in (pytester.path / "verdicts.jsonl").read_text().splitlines()]
+    assert seen == {
+        "type": "PublicVerdict",
+        "nodeid": "test_user.py::test_setup_fails",
+        "headline": cases["test_setup_fails"]["properties"]["aoti_verdict"],  # type: ignore[index]
+    }

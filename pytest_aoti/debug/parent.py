@@ -27,16 +27,10 @@ from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import Outcome, Stage, VerdictSummary
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug.in_order import InOrderScheduling
-from pytest_aoti.debug.reporting import (
-    SECTION_TITLE,
-    isolated_reports,
-    section_text,
-    summary_lines,
-    user_properties,
-    verdict_record,
-)
+from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render, summary_lines, verdict_record
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
+from pytest_aoti.debug.verdict import PublicVerdict
 from pytest_aoti.debug.xdist_compat import count_crash_failure, worker_exit
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 
@@ -101,6 +95,7 @@ def attach_debug(
         setup_failed_before_aoti=report.when == "setup" and not reached_aoti,
         no_children_reason=config.stash[settings_key].no_children_reason,
     )
+    original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
     if plan.not_rerun is not None:
         verdict = Verdict(report.nodeid, not_rerun=plan.not_rerun)
     else:
@@ -115,17 +110,17 @@ def attach_debug(
         else:
             # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
             # failure, not the test's: the verdict says so.
-            original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
             verdict.test_failure = failure_if_different(original, verdict)
-    _publish_verdict(config, report, verdict)
-    properties = user_properties(verdict)
-    report.sections.append((SECTION_TITLE, section_text(verdict)))
+    rendered = render(verdict, original)
+    _publish_verdict(config, report, rendered)
+    properties: list[tuple[str, object]] = list(rendered.properties)
+    report.sections.append((SECTION_TITLE, rendered.text))
     report.user_properties = [*report.user_properties, *properties]
-    report.aoti_verdict = verdict_record(verdict).to_dict()  # type: ignore[attr-defined]
+    report.aoti_verdict = verdict_record(rendered).to_dict()  # type: ignore[attr-defined]
     return properties
 
 
-def _publish_verdict(config: pytest.Config, report: pytest.TestReport, verdict: Verdict) -> None:
+def _publish_verdict(config: pytest.Config, report: pytest.TestReport, verdict: PublicVerdict) -> None:
     """``pytest_aoti_verdict``: a hook implementation that raises is the hook's error, reported on the test's
     report with its traceback, not the run's end."""
     try:

@@ -11,6 +11,7 @@ from pytest_aoti.core.protocol import Finding, KernelFinding, MinifyResult, Outc
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
+from pytest_aoti.debug.verdict import PublicVerdict
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -277,8 +278,42 @@ def _stage_line(run: ChildRun) -> str:
     return f"stage {run.label} ({what}): {run.describe()} [{run.seconds:.1f} s]"
 
 
+def render(verdict: Verdict, failure_kind: str | None = None) -> PublicVerdict:
+    """The verdict rendered once, reading no file: its headline, report section and JUnit properties, and the
+    facts a conftest's ``pytest_aoti_verdict`` gets. Everything pytest-aoti shows of a verdict is read from this."""
+    head = headline(verdict)
+    first = verdict.first
+    source = source_line(verdict)
+    failed, total = verdict.rerun_counts
+    diverged = verdict.numerics.diverged if verdict.numerics is not None else None
+    return PublicVerdict(
+        nodeid=verdict.nodeid,
+        failure_kind=failure_kind,
+        headline=head,
+        text=_section(verdict, head),
+        rerun_outcome=first.describe() if first is not None else "not rerun",
+        not_rerun=verdict.not_rerun,
+        reproduced=verdict.reproduced,
+        reproduction=verdict.reproduction,
+        flaky=0 < failed < total,
+        suspect_kernel=verdict.suspect_kernel,
+        first_nonfinite_kernel=(verdict.first_nonfinite.kernel or "model input") if verdict.first_nonfinite else None,
+        first_divergent_kernel=(diverged.kernel if diverged else "none") if verdict.numerics is not None else None,
+        source_line=source,
+        signal=first.signal_name if first is not None else None,
+        reproduce=first.reproduce if first is not None else "",
+        bundle=verdict.bundle,
+        properties=tuple((name, str(value)) for name, value in _properties(verdict, head, source)),
+    )
+
+
 def section_text(verdict: Verdict) -> str:
-    lines = [f"verdict: {headline(verdict)}"]
+    """The report section ``aoti debug rerun`` (:func:`render`'s ``text``)."""
+    return render(verdict).text
+
+
+def _section(verdict: Verdict, head: str) -> str:
+    lines = [f"verdict: {head}"]
     lines += [_stage_line(run) for run in verdict.stages]
     if verdict.seconds is not None and verdict.stages:
         lines.append(f"debug stages: {verdict.seconds:.1f} s in all")
@@ -332,18 +367,23 @@ def section_text(verdict: Verdict) -> str:
         lines.append(f"full log ({run.label}): {run.log_path}")
     if verdict.bundle is not None:
         lines.append(f"repro bundle: {verdict.bundle} (python repro.py: {_needs(verdict)})")
-    for run in verdict.stages:
+    for run, log in zip(verdict.stages, verdict.trimmed_logs, strict=False):
         lines.append("")
         lines.append(f"--- log of stage {run.label} (trimmed) ---")
-        lines.append(kernel_log.trim(run.log))
+        lines.append(log)
     return "\n".join(lines)
 
 
-def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
+def user_properties(verdict: Verdict) -> list[tuple[str, str]]:
+    """The JUnit properties of a verdict (:func:`render`'s ``properties``)."""
+    return list(render(verdict).properties)
+
+
+def _properties(verdict: Verdict, head: str, source: str | None) -> list[tuple[str, object]]:
     first = verdict.first
     properties: list[tuple[str, object]] = [
         ("aoti_rerun_outcome", first.describe() if first is not None else "not rerun"),
-        ("aoti_verdict", headline(verdict)),
+        ("aoti_verdict", head),
     ]
     if verdict.suspect_kernel:
         properties.append(("aoti_suspect_kernel", verdict.suspect_kernel))
@@ -365,7 +405,6 @@ def user_properties(verdict: Verdict) -> list[tuple[str, object]]:
         properties.append(("aoti_first_divergent_kernel", found.kernel if found else "none"))
     if verdict.reproduction is not None:
         properties.append(("aoti_reproduced", verdict.reproduction))
-    source = source_line(verdict)
     if source is not None:
         properties.append(("aoti_source", source))
     return properties
@@ -385,14 +424,10 @@ def _needs(verdict: Verdict) -> str:
     )
 
 
-def verdict_record(verdict: Verdict) -> VerdictSummary:
-    """What a report carries for the terminal summary."""
-    first = verdict.first
-    return VerdictSummary(
-        headline(verdict),
-        reproduce=first.reproduce if first is not None else "",
-        bundle=str(verdict.bundle) if verdict.bundle is not None else "",
-    )
+def verdict_record(rendered: PublicVerdict) -> VerdictSummary:
+    """What a report carries of its rendered verdict for the terminal summary."""
+    bundle = str(rendered.bundle) if rendered.bundle is not None else ""
+    return VerdictSummary(rendered.headline, reproduce=rendered.reproduce, bundle=bundle)
 
 
 def summary_lines(nodeid: str, summary: VerdictSummary) -> list[str]:

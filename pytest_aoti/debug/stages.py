@@ -97,6 +97,11 @@ class Verdict:
     # A crash's innermost Python frame in the user's code (faulthandler's dump in stage kernels' log), with its line.
     crash_frame: provenance.SourceLine | None = None
     crashed_in: str | None = None  # the pytest phase (setup, call, teardown) stage kernels crashed in
+    # Each stage's log, trimmed, in the order of ``stages``: read once the stages ran, so rendering reads no file.
+    trimmed_logs: list[str] = field(default_factory=list)
+
+    def read_logs(self) -> None:
+        self.trimmed_logs = [kernel_log.trim(run.log) for run in self.stages]
 
     @property
     def reproduced(self) -> bool:
@@ -348,6 +353,7 @@ def debug_rerun(
         _minify(pipeline.verdict, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
     pipeline.verdict.seconds = time.monotonic() - started
     pipeline.attach_bundle(config.invocation_params.dir, log)
+    pipeline.verdict.read_logs()
     return pipeline.verdict
 
 

@@ -14,7 +14,14 @@ from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug import kernel_log
 from pytest_aoti.debug.child import ChildRun, _outcome
 from pytest_aoti.debug.provenance import SourceLine, user_frame
-from pytest_aoti.debug.reporting import headline, isolated_reports, section_text, user_properties, verdict_record
+from pytest_aoti.debug.reporting import (
+    headline,
+    isolated_reports,
+    render,
+    section_text,
+    user_properties,
+    verdict_record,
+)
 from pytest_aoti.debug.stages import Verdict
 from pytest_aoti.debug.triage import not_rerun_reason
 
@@ -52,12 +59,15 @@ def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> No
     properties = dict(user_properties(verdict))
     assert properties["aoti_signal"] == "SIGSEGV" and properties["aoti_suspect_kernel"] == "k1"
     assert properties["aoti_reproduce"] == f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels python -u -m pytest tests"
+    verdict.read_logs()  # the analysis reads the logs; rendering reads no file
+    run.log_path.unlink()
     section = section_text(verdict)
     assert "stage kernels (printer=None): crashed with SIGSEGV [1.5 s]" in section
     assert "suspect kernel: k1 (launched, never finished)" in section
     assert "Fatal Python error: Segmentation fault" in section
-    summary = verdict_record(verdict)
-    assert summary.headline == headline(verdict)
+    rendered = render(verdict, "crash")
+    summary = verdict_record(rendered)
+    assert summary.headline == rendered.headline == headline(verdict)
     assert VerdictSummary.from_dict(summary.to_dict()) == summary  # as it crosses xdist inside the report
 
 
@@ -160,7 +170,9 @@ def test_a_vanished_log_degrades_the_verdict(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "error", error="the child exited with code 1 before reporting the test's result")
     run.log_path.unlink()
     assert run.log.startswith(f"(log missing: {run.log_path}")
-    assert "(log missing: " in section_text(Verdict("t.py::test", stages=[run]))
+    verdict = Verdict("t.py::test", stages=[run])
+    verdict.read_logs()
+    assert "(log missing: " in section_text(verdict)
 
 
 def test_triage_skips_reruns_that_cannot_tell_more(tmp_path: Path) -> None:
@@ -366,3 +378,44 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     assert "it failed with another error" in headline(Verdict("t.py::test", stages=[errored], test_failure="other"))
     verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
     assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)
+
+
+def test_a_verdict_is_rendered_once_into_a_frozen_public_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The headline is computed once per rendering; the report section, the JUnit properties and the summary
+    record all carry that one string; the public record is frozen and holds the facts a conftest files."""
+    import dataclasses
+
+    from pytest_aoti.debug import reporting
+
+    runs = [
+        _run(tmp_path, "kernels", "passed"),
+        _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV", attempt=2),
+    ]
+    verdict = Verdict("t.py::test", stages=runs, died_in="k1", last_completed="k0")
+    calls = []
+    real_headline = reporting.headline
+
+    def counted(verdict: Verdict) -> str:
+        calls.append(verdict.nodeid)
+        return real_headline(verdict)
+
+    monkeypatch.setattr(reporting, "headline", counted)
+    rendered = render(verdict, "crash")
+    assert calls == ["t.py::test"]
+    assert rendered.text.startswith(f"verdict: {rendered.headline}\n")
+    assert dict(rendered.properties)["aoti_verdict"] == rendered.headline
+    assert verdict_record(rendered).headline == rendered.headline
+    assert (rendered.failure_kind, rendered.suspect_kernel, rendered.signal) == ("crash", "k1", "SIGSEGV")
+    assert rendered.reproduced and rendered.flaky and rendered.reproduction == "flaky (1 of 2 reruns)"
+    assert rendered.reproduce.startswith(f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels")
+    assert rendered.not_rerun is None and rendered.bundle is None and rendered.first_divergent_kernel is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rendered.headline = "changed"  # type: ignore[misc]
+    not_rerun = render(Verdict("t.py::test", not_rerun="setup failed"))
+    assert (not_rerun.headline, not_rerun.rerun_outcome, not_rerun.reproduce) == (
+        "not rerun: setup failed",
+        "not rerun",
+        "",
+    )
