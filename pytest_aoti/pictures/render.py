@@ -79,6 +79,9 @@ def _timeline_text(record: KernelTimeline) -> tuple[str, str, Table]:
     caption += f"; {record.completed} of {len(record.kernels)} launches completed"
     if record.source:
         caption += f"; {record.source}"
+    if record.inputs:
+        stats = ", ".join(f"{s.arg} (min {s.minimum}, max {s.maximum}, mean {s.mean})" for s in record.inputs[:3])
+        caption += f"; its inputs: {stats}"
     rows = [("input of " + (record.marked or "the suspect kernel"), "min", "max", "mean", "size")]
     rows += [(s.arg, s.minimum, s.maximum, s.mean, s.size) for s in record.inputs]
     return title, caption, tuple(rows)

@@ -149,7 +149,9 @@ def test_captions_name_what_a_person_looks_for() -> None:
     assert (
         "first divergent kernel: cpp_fused_add_mul_1 (launch 2) at test_model.py:12" in render.draw(DIVERGENCE).caption
     )
-    assert "first non-finite output: cpp_fused_log_mul_1" in render.draw(NONFINITE).caption
+    nonfinite = render.draw(NONFINITE).caption
+    assert "first non-finite output: cpp_fused_log_mul_1" in nonfinite
+    assert "its inputs: buf0 (min -1.5, max 0.9, mean -nan)" in nonfinite
     crash = render.draw(CRASH).caption
     assert "crashed in aoti_tests::maybe_crash" in crash and "last completed kernel: cpp_fused_sin_0" in crash
     assert "3 of 32 elements outside" in render.draw(GOLDEN).caption
