@@ -221,7 +221,8 @@ def isa_verdict(device: str, repeats: int) -> None:
                 given = {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if isa_probe_recorded(verdict_dir) else {}
                 if (label == "recorded verdict") != bool(given):
                     raise SystemExit(f"{label}: the verdict was {'' if given else 'not '}recorded before this build")
-                build_env = {**env, **given, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, f"inductor-{repeat}-{label}")}
+                inductor_cache = os.path.join(tmp, f"inductor-{repeat}-{label.replace(' ', '-')}")
+                build_env = {**env, **given, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
                 record = ["--record-isa-to", str(verdict_dir)] if label == "probing" else []
                 wall, result = _build(device, tmp, build_env, label, *record)
                 _print_build(f"{label} (pair {repeat + 1})", wall, result)
