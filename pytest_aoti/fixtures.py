@@ -6,20 +6,20 @@ of each test. Registered in every role (parent, xdist worker, child)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, failure_kind
+from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
 from pytest_aoti.settings import item_settings, settings_key
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.core.cache import PackageCache
-    from pytest_aoti.core.compiler import CallCapture, CallObservers, CompiledModel
+    from pytest_aoti.core.compiler import CompiledModel
 
 cache_key = pytest.StashKey["PackageCache | None"]()
 worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
@@ -143,7 +143,7 @@ def _builder(
 
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
     cache = session_cache(config)
-    observers = _debug_observers(config)
+    observers = config.stash.get(call_observers_key, NO_OBSERVERS)
     feature_keywords = {name for names in config.hook.pytest_aoti_build_options(config=config) for name in names or ()}
 
     @_fail_on_build_error
@@ -205,44 +205,9 @@ def pytest_aoti_build(config: pytest.Config, request: Any, build: Callable[[], C
     return build()
 
 
-@dataclass(frozen=True)
-class DebugSinks:
-    """Set by the rerun child's session (``child_session.ChildSession``) from the environment the parent gave it:
-    where the first debug stage records the failing call (the repro bundle), where stage numerics captures its
-    calls, and the child's event stream, where it sends its finding."""
-
-    bundle_dir: Path | None = None
-    numerics_dir: Path | None = None
-    event_file: str | None = None
-
-
-debug_sinks_key = pytest.StashKey[DebugSinks]()
-
-
-def _debug_observers(config: pytest.Config) -> CallObservers:
-    from pytest_aoti.core.compiler import NO_OBSERVERS, CallObservers
-
-    sinks = config.stash.get(debug_sinks_key, DebugSinks())
-    bundle_dir, numerics_dir = sinks.bundle_dir, sinks.numerics_dir
-    if bundle_dir is None and numerics_dir is None:
-        return NO_OBSERVERS
-
-    def record(compiled: CompiledModel, args: Any, kwargs: Any) -> None:
-        from pytest_aoti.debug.bundle import write_call
-
-        assert bundle_dir is not None
-        write_call(bundle_dir, compiled, args, kwargs)
-
-    def capture(number: int) -> CallCapture:
-        from pytest_aoti.debug.numerics import Capture
-
-        assert numerics_dir is not None
-        return Capture(numerics_dir, number, sinks.event_file)
-
-    return CallObservers(
-        before_run=record if bundle_dir is not None else None,
-        capture=capture if numerics_dir is not None else None,
-    )
+# What a debug child's session plugs into every call of the core (the repro bundle, numerics' captures):
+# ``debug.child_session`` sets it; the user's session has none.
+call_observers_key = pytest.StashKey[CallObservers]()
 
 
 def _per_test_builder(

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core.cache import default_cache_dir
-from pytest_aoti.core.protocol import Stage
+from pytest_aoti.core.protocol import DEFAULT_MINIFY_BUDGET, Stage
 from pytest_aoti.core.remote_cache import RemoteSettings
-from pytest_aoti.debug.minify import DEFAULT_MINIFY_BUDGET
 
 DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -40,6 +40,7 @@ from pytest_aoti.core.invariants import (
     flatten_inputs,
     program_spec,
 )
+from pytest_aoti.core.observers import NO_OBSERVERS, CallCapture, CallObservers
 from pytest_aoti.core.source_lines import torch_install_dir, user_line
 from pytest_aoti.core.torch_private import (
     AOTICompiledModel,
@@ -204,16 +205,6 @@ class PoisonedContext:
     problem: str
 
 
-class CallCapture(Protocol):
-    """Both sides of one compared call, captured for stage numerics (``pytest_aoti.debug.numerics.Capture``)."""
-
-    def package(self) -> contextlib.AbstractContextManager[None]: ...
-
-    def eager(self) -> contextlib.AbstractContextManager[None]: ...
-
-    def explain(self, call: ComparedCall) -> Any: ...
-
-
 @dataclass(frozen=True)
 class ComparedCall:
     """A call whose package outputs did not match eager's: what stage numerics needs to explain it."""
@@ -224,19 +215,6 @@ class ComparedCall:
     tolerance: tuple[float, float] | None
     package_outputs: Any = None
     eager_outputs: Any = None
-
-
-@dataclass(frozen=True)
-class CallObservers:
-    """What a debug child plugs into every call (the core reads no environment variable; the child session does and
-    builds these): ``before_run`` records the call before the package runs (the repro bundle: the call may not
-    survive), ``capture`` gives compared call N of ``check_model`` its numerics capture."""
-
-    before_run: Callable[[CompiledModel, Any, Any], None] | None = None
-    capture: Callable[[int], CallCapture] | None = None
-
-
-NO_OBSERVERS = CallObservers()
 
 
 @dataclass

@@ -31,6 +31,7 @@ BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.debug.minify found
+DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure: the option's default and minify's own
 
 
 class Name(str, enum.Enum):

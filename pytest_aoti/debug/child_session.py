@@ -11,18 +11,50 @@ import gc
 import os
 import sys
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
+from pytest_aoti.core.observers import CallCapture, CallObservers
 from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
 from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, write_warning
 from pytest_aoti.debug.child_args import without_xdist_group
-from pytest_aoti.fixtures import DebugSinks, debug_sinks_key
+from pytest_aoti.fixtures import call_observers_key
+
+if TYPE_CHECKING:
+    from pytest_aoti.core.compiler import CompiledModel
+
+
+def _call_observers(bundle_dir: str | None, numerics_dir: str | None, event_file: str | None) -> CallObservers:
+    """What the core's calls report to in this child: the first debug stage records each call into the repro bundle
+    before it runs; stage numerics captures both sides of each compared call and sends its finding to the child's
+    event stream. Torch is imported when a call first reports, not here."""
+    return CallObservers(
+        before_run=_recorder(Path(bundle_dir)) if bundle_dir else None,
+        capture=_capturer(Path(numerics_dir), event_file) if numerics_dir else None,
+    )
+
+
+def _recorder(bundle_dir: Path) -> Callable[[CompiledModel, Any, Any], None]:
+    def record(compiled: CompiledModel, args: Any, kwargs: Any) -> None:
+        from pytest_aoti.debug.bundle import write_call
+
+        write_call(bundle_dir, compiled, args, kwargs)
+
+    return record
+
+
+def _capturer(numerics_dir: Path, event_file: str | None) -> Callable[[int], CallCapture]:
+    def capture(number: int) -> CallCapture:
+        from pytest_aoti.debug.numerics import Capture
+
+        return Capture(numerics_dir, number, event_file)
+
+    return capture
 
 
 class ChildSession:
@@ -37,12 +69,8 @@ class ChildSession:
         # Where the core's phase marks go: the event stream, and a debug stage's log between the printer's kernel lines
         # (an isolated test's output is captured into its report, where the markers would be noise).
         phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != Stage.ISOLATE)
-        # What the core's calls report to, in this child: the bundle (first debug stage) and numerics' captures.
-        bundle_dir, numerics_dir = os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV)
-        config.stash[debug_sinks_key] = DebugSinks(
-            bundle_dir=Path(bundle_dir) if bundle_dir else None,
-            numerics_dir=Path(numerics_dir) if numerics_dir else None,
-            event_file=report_file,
+        config.stash[call_observers_key] = _call_observers(
+            os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV), report_file
         )
         if os.environ.get(CHILD_ENV) == Stage.ISOLATE and config.getoption("capture") == "no":
             config.pluginmanager.register(FramedTestOutput(), "aoti-framed-test-output")

@@ -35,9 +35,8 @@ from typing import Any
 
 from pytest_aoti.core import processes
 from pytest_aoti.core.processes import die_with_parent, signal_group
-from pytest_aoti.core.protocol import MINIFY_RESULT, MinifyResult
+from pytest_aoti.core.protocol import DEFAULT_MINIFY_BUDGET, MINIFY_RESULT, MinifyResult
 
-DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure
 # A cap on the candidates judged, for pytest-aoti's own tests: a search bounded by a count, not by seconds a busy
 # machine may not have. Not a user option (the budget is): an environment variable the stage's process inherits.
 MAX_CANDIDATES_ENV = "PYTEST_AOTI_MINIFY_MAX_CANDIDATES"
