@@ -39,6 +39,8 @@ SNAPSHOT_FILE_PROPERTY = "aoti_snapshot_file"
 
 @dataclass(frozen=True)
 class SnapshotSettings:
+    """The feature's options, resolved once at configure time."""
+
     missing: Literal["write", "fail"]  # what a snapshot without golden outputs does
     update: bool
 
