@@ -130,7 +130,7 @@ def test_tolerances_must_be_finite_and_not_negative(shipped: Shipped, capsys: py
         assert exited.value.code == 2
         refused = next(value for value in (rtol, atol) if value != "0")
         assert f"expected a finite number >= 0, got '{refused}'" in capsys.readouterr().err
-    with pytest.raises(AOTIVerifyError, match="rtol: expected a finite number >= 0, got nan"):
+    with pytest.raises(AOTIVerifyError, match="rtol: expected a finite number >= 0, got float nan"):
         verify_package(shipped.off_by_one, rtol=float("nan"), atol=float("nan"))
     with pytest.raises(AOTIVerifyError, match="outputs differ from the bundled golden outputs"):
         verify_package(shipped.off_by_one)

@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from pytest_aoti.core.bundled_io import FORMAT, IO_MEMBER, archive_root, write_bundled_io
-from pytest_aoti.core.compiler import one_line
+from pytest_aoti.core.compiler import one_line, tolerance_value
 from pytest_aoti.core.environment import environment, environment_diff
 from pytest_aoti.core.errors import AOTICompileError, AOTIVerifyError
 from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
@@ -183,11 +183,10 @@ def _inputs(tensors: dict[str, torch.Tensor], metadata: dict[str, str], device: 
 
 def tolerance(value: Any, name: str) -> float | None:
     """``value`` as a tolerance: None, or a finite number >= 0 (NaN would pass every comparison)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise AOTIVerifyError(f"{name}: expected a finite number >= 0, got {value!r}")
-    return float(value)
+    try:
+        return tolerance_value(value, name)
+    except ValueError as error:
+        raise AOTIVerifyError(str(error)) from None
 
 
 def verify_package(
