@@ -78,3 +78,18 @@ def test_directories_are_walked_for_packages(tmp_path: Path, capsys: pytest.Capt
     out = capsys.readouterr().out
     assert f"FAILED {nested}: carries no bundled inputs and outputs" in out
     assert f"FAILED {tmp_path / 'empty'}: a directory without .pt2 packages" in out
+
+
+def test_verify_collects_dist_and_build_but_not_what_is_ignored(pytester: pytest.Pytester) -> None:
+    for package in ("dist/model.pt2", "build/v1/model.pt2", "src/model.pt2", "skipped/model.pt2"):
+        pytester.path.joinpath(package).parent.mkdir(parents=True, exist_ok=True)
+        pytester.path.joinpath(package).write_bytes(b"not opened at collection")
+    pytester.path.joinpath("build", "test_helper.py").write_text("def test_nothing(): pass\n")
+    pytester.path.joinpath("node_modules").mkdir()
+    pytester.path.joinpath("node_modules", "test_vendored.py").write_text("def test_nothing(): pass\n")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--aoti-verify", "--collect-only", "-q", "--ignore=skipped"
+    )
+    collected = {line.split("::")[0] for line in result.stdout.lines if "::" in line}
+    # dist/ and build/ hold packages: collected whole, though norecursedirs skips them; node_modules holds none.
+    assert collected == {"dist/model.pt2", "build/v1/model.pt2", "build/test_helper.py", "src/model.pt2"}
