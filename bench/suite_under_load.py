@@ -13,13 +13,14 @@ import sys
 import time
 
 
-def _spin() -> None:
+def spin_forever() -> None:
+    """A CPU hog (also ``benchmark_fail_rule.py``'s)."""
     while True:
         pass
 
 
 def main() -> int:
-    hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(2)]
+    hogs = [multiprocessing.Process(target=spin_forever, daemon=True) for _ in range(2)]
     for hog in hogs:
         hog.start()
     started = time.perf_counter()

@@ -31,7 +31,7 @@ def _block_times(raw: dict[str, Any], side: str) -> tuple[float, ...]:
         raise ValueError(f"no {side!r} block times")
     times = raw[side]
     if not isinstance(times, list) or not times:
-        raise ValueError(f"{side!r} is {'empty' if times == [] else f'not a list of seconds: {times!r}'}")
+        raise ValueError(f"{side!r} is {'empty' if times == [] else f'not a list of seconds: {times!r:.60}'}")
     for value in times:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{side!r} holds {value!r}; block times are seconds per call, above 0")
@@ -52,6 +52,10 @@ def _run(raw: Any) -> Run:
     key = raw.get("package_key")
     return Run(package, eager, calibration, str(raw.get("torch", "")), key if isinstance(key, str) else None,
                str(raw.get("run_id", "")))  # fmt: skip
+
+
+def _as_json(run: Run) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(run).items()}
 
 
 @dataclass
@@ -112,7 +116,7 @@ class Baselines:
         """Record ``run``, replacing a run of the same pytest run, keeping the last ``keep``; how many are kept."""
         runs = [old for old in self.runs(benchmark, machine) if not run.run_id or old.run_id != run.run_id]
         runs = [*runs, run][-keep:]
-        self.tests.setdefault(benchmark, {})[machine] = {"runs": [asdict(kept) for kept in runs]}
+        self.tests.setdefault(benchmark, {})[machine] = {"runs": [_as_json(kept) for kept in runs]}
         return len(runs)
 
     def write(self) -> None:

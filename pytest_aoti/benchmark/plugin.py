@@ -365,11 +365,11 @@ def _against_baseline(
 def _recorded(
     baselines: Any, benchmark: str, machine: str, run: Any, tolerance: float, run_time: float, keep: int
 ) -> Judgment:
-    from pytest_aoti.benchmark import rule, timing
+    from pytest_aoti.benchmark import rule
 
     reason = rule.unjudgeable(run, tolerance, run_time)
-    if reason is not None and len(run.package) < timing.MIN_BLOCKS:
-        return rule.Judgment(rule.Verdict.NOT_JUDGED, f"not recorded: {reason}")
+    if reason is not None:  # a run no later run could be judged against: it would only widen the spread
+        return rule.Judgment(rule.Verdict.NOT_JUDGED, f"not recorded: {reason}; record again")
     kept = baselines.add(benchmark, machine, run, keep)
     baselines.write()
     return rule.Judgment(

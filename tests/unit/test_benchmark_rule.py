@@ -1,56 +1,176 @@
-"""The benchmark fail rule on fixed numbers: slower than the tolerance and significant, or it passes."""
+"""The benchmark fail rule and baseline files on fixed numbers: a run normalized by the calibration beside it, held
+against the spread of the baseline's runs; runs that cannot be judged; malformed files named in one line."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_aoti.benchmark.timing import Baselines, Figures, compare
+from pytest_aoti.benchmark.baselines import FORMAT, BaselineError, Baselines
+from pytest_aoti.benchmark.plugin import _benchmark_name
+from pytest_aoti.benchmark.rule import Run, Verdict, judge, machine_moved
+
+TOLERANCE = 0.1
+MIN_TIME = 1.0
 
 
-def _figures(times: list[float]) -> Figures:
-    return Figures(
-        times=times,
-        eager_times=[t * 2 for t in times],
-        load_seconds=0.01,
-        load_memory_bytes=1 << 20,
-        run_memory_bytes=None,
-        package_bytes=1 << 20,
-        device="cpu",
-    )
-
-
-def _noisy(center: float, count: int, seed: int) -> list[float]:
+def _run(package: float, eager: float, calibration: float, *, seed: int, blocks: int = 30, jitter: float = 0.05) -> Run:
+    """Block times around the given fastest ones: noise only ever adds time."""
     draw = random.Random(seed)
-    return [center * (1 + draw.uniform(-0.05, 0.05)) for _ in range(count)]
+
+    def side(fastest: float) -> tuple[float, ...]:
+        return (fastest, *(fastest * (1 + draw.uniform(0, jitter)) for _ in range(blocks - 1)))
+
+    return Run(side(package), side(eager), side(calibration), torch="2.13.0", package_key="a" * 64, run_id=str(seed))
 
 
-def test_a_run_like_its_baseline_passes_and_a_slower_one_fails_naming_the_ratio() -> None:
-    baseline = {"times": _noisy(1e-3, 40, 1), "torch": "0", "package": "a" * 64}
-    assert compare(_figures(_noisy(1e-3, 40, 2)), baseline, 0.1).status == "ok"
-    slower = compare(_figures(_noisy(1.5e-3, 40, 3)), baseline, 0.1, package_key="a" * 64)
-    assert slower.status == "slower" and slower.ratio == pytest.approx(1.5, rel=0.05)
-    assert slower.text.startswith("1.5") and "tolerance 10%, Mann-Whitney p=" in slower.text
-    assert "since the baseline: torch 0 → " in slower.text and "the package changed" not in slower.text
+def _baseline(spread: float = 0.02) -> list[Run]:
+    """Five runs whose normalized latencies (package / calibration) differ by about ``spread`` between runs."""
+    return [_run(1e-3 * (1 + spread * offset), 2e-3, 4e-3, seed=number) for number, offset in
+            enumerate((-1.0, -0.5, 0.0, 0.5, 1.0))]  # fmt: skip
 
 
-def test_within_the_tolerance_or_not_significant_passes() -> None:
-    baseline = {"times": _noisy(1e-3, 40, 1)}
-    assert compare(_figures(_noisy(1.05e-3, 40, 4)), baseline, 0.1).status == "ok"
-    # A slower median from a few blocks that a test cannot call real: not significant.
-    assert compare(_figures([1.3e-3, 0.9e-3]), baseline, 0.1).status == "ok"
+def test_an_unchanged_package_passes_and_a_package_only_slowdown_fails() -> None:
+    unchanged = judge(_run(1.01e-3, 2e-3, 4e-3, seed=10), _baseline(), TOLERANCE, MIN_TIME)
+    assert unchanged.verdict is Verdict.PASSED and unchanged.normalized == pytest.approx(1.01, abs=0.01)
+    # A lost fusion: the package 1.3x, eager and the machine unchanged.
+    lost_fusion = judge(_run(1.3e-3, 2e-3, 4e-3, seed=11), _baseline(), TOLERANCE, MIN_TIME)
+    assert lost_fusion.verdict is Verdict.SLOWER
+    assert lost_fusion.text.startswith(
+        "normalized by the calibration, 1.30x the baseline (fastest blocks: package 1.30x"
+    )
+    assert "fails above 1.10x (tolerance 10%) and above 1.0" in lost_fusion.text
+    assert "(the spread of 5 baseline runs, 99% prediction bound)" in lost_fusion.text
 
 
-def test_no_baseline_and_baselines_of_other_machines(tmp_path: Path) -> None:
-    assert compare(_figures([1e-3]), None, 0.1).status == "no baseline"
+def test_a_runtime_op_that_slows_eager_too_still_fails() -> None:
+    """Normalized by the calibration, not by eager: an op 4 ms slower in both is still the package's slowdown."""
+    slower_op = judge(_run(5e-3, 6e-3, 4e-3, seed=12), _baseline(), TOLERANCE, MIN_TIME)
+    assert slower_op.verdict is Verdict.SLOWER and slower_op.eager == pytest.approx(3.0, rel=0.01)
+
+
+def test_a_machine_that_moved_is_named_and_the_package_judged_normalized() -> None:
+    moved = judge(_run(1.8e-3, 3.6e-3, 7.2e-3, seed=13), _baseline(), TOLERANCE, MIN_TIME)
+    assert moved.verdict is Verdict.PASSED
+    assert moved.text.startswith(
+        "this machine ran the calibration 1.80x slower than when the baseline was recorded; normalized, the package "
+        "is 1.00x (pass): "
+    )
+    faster = judge(_run(0.5e-3, 1e-3, 2e-3, seed=14), _baseline(), TOLERANCE, MIN_TIME)
+    assert machine_moved(faster, TOLERANCE) == (
+        "this machine ran the calibration 2.00x faster than when the baseline was recorded; normalized, the package "
+        "is 1.00x (pass)"
+    )
+    assert machine_moved(judge(_run(1e-3, 2e-3, 4.2e-3, seed=15), _baseline(), TOLERANCE, MIN_TIME), TOLERANCE) is None
+
+
+def test_over_the_tolerance_but_within_the_spread_between_runs_passes() -> None:
+    """A baseline whose runs differed by 40 % has seen 1.25x happen to an unchanged package: no failure."""
+    noisy = _baseline(spread=0.4)
+    within = judge(_run(1.25e-3, 2e-3, 4e-3, seed=16), noisy, TOLERANCE, MIN_TIME)
+    assert within.verdict is Verdict.PASSED and within.bound is not None and within.bound > 1.25
+    beyond = judge(_run(4e-3, 2e-3, 4e-3, seed=17), noisy, TOLERANCE, MIN_TIME)
+    assert beyond.verdict is Verdict.SLOWER
+
+
+@pytest.mark.parametrize(
+    ("run", "baseline", "reason"),
+    [
+        (_run(1e-3, 2e-3, 4e-3, seed=1, blocks=4), _baseline(), "too few blocks (4 of the 10 a run needs)"),
+        (
+            Run((1e-3,) * 20, (2e-3,) * 20, (4e-3,) * 10 + (6e-3,) * 10),
+            _baseline(),
+            "the calibration itself ran 1.50x slower in the second half of this run than in the first",
+        ),
+        (_run(1e-3, 2e-3, 4e-3, seed=1), [], "no baseline for this machine"),
+        (
+            _run(1e-3, 2e-3, 4e-3, seed=1),
+            _baseline()[:1],
+            "the baseline has 1 run, and the spread between runs needs 2",
+        ),
+    ],
+    ids=["too few blocks", "calibration moved within the run", "no baseline", "one baseline run"],
+)
+def test_a_run_that_cannot_judge_says_why(run: Run, baseline: list[Run], reason: str) -> None:
+    # Every one of these would fail if judged: the package is 10x its baseline.
+    slow = Run(tuple(t * 10 for t in run.package), run.eager, run.calibration)
+    judgment = judge(slow, baseline, TOLERANCE, MIN_TIME)
+    assert judgment.verdict is Verdict.NOT_JUDGED and judgment.text.startswith("not judged: ")
+    assert reason in judgment.text
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    run = {"package": [1e-3] * 10, "eager": [2e-3] * 10, "calibration": [4e-3] * 10, "torch": "2.13.0"}
+    return {**run, **changes}
+
+
+def _file(tests: Any) -> str:
+    return json.dumps({"format": FORMAT, "tests": tests})
+
+
+RUNS = "{'test_speed': {'cpu: A x2': {'runs': [...]}}}"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("[]", "expected a JSON object with 'format' and 'tests', got list []"),
+        ("null", "expected a JSON object with 'format' and 'tests', got NoneType None"),
+        ("{", "not a readable benchmark baseline file (Expecting property name"),
+        (json.dumps({"format": "pytest-aoti benchmarks 1", "tests": {}}), "baselines of an older pytest-aoti"),
+        (json.dumps({"format": "other"}), "not a pytest-aoti benchmark baseline file (format 'other')"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(package=[])]}}}), "run 1: 'package' is empty"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(), {"eager": [1.0]}]}}}), "run 2: no 'package' block"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(calibration=[0] * 10)]}}}), "'calibration' holds 0;"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(eager=["fast"] * 10)]}}}), "'eager' holds 'fast'"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(package=[1e-3] * 11)]}}}), "differ in length (11 vs"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(package=[1e-3] * 3)]}}}), "'package' has 3 blocks"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": []}}}), "expected a non-empty list 'runs', got []"),
+        (_file({"test_speed": {"cpu: A x2": None}}), "expected a non-empty list 'runs', got None"),
+        (_file({"test_speed": []}), "expected an object of machines"),
+    ],
+    ids=["[]", "null", "not JSON", "older format", "other format", "empty times", "missing times", "zeros",
+         "hand-edited text", "misaligned", "too few blocks", "no runs", "null entry", "entry not an object"],
+)  # fmt: skip
+def test_a_malformed_baseline_file_is_one_line_naming_the_file(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "__aoti_benchmarks__" / "test_speed.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(BaselineError) as raised:
+        Baselines.read(path).runs("test_speed", "cpu: A x2")
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ") and problem in message and "\n" not in message
+
+
+def test_baselines_keep_the_last_runs_per_machine_and_a_run_replaces_its_own_record(tmp_path: Path) -> None:
     baselines = Baselines(tmp_path / "b.json")
-    baselines.put("test_x", "cpu: A x2", _figures([1e-3, 2e-3]), None)
+    for number in range(7):
+        baselines.add("test_x", "cpu: A x2", _run(1e-3 * (1 + number), 2e-3, 4e-3, seed=number), keep=5)
+    baselines.add("test_x", "cpu: A x2", _run(9e-3, 2e-3, 4e-3, seed=6), keep=5)  # run "6" again: replaced
+    baselines.add("test_x", "cuda: B", _run(1e-3, 2e-3, 4e-3, seed=0), keep=5)
     baselines.write()
     again = Baselines.read(tmp_path / "b.json")
-    assert again.get("test_x", "cpu: A x2")["median"] == pytest.approx(1.5e-3)  # type: ignore[index]
-    assert again.get("test_x", "cuda: B") is None and again.others("test_x", "cuda: B") == ["cpu: A x2"]
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(RuntimeError, match=r"bad.json: not a readable benchmark baseline file"):
-        Baselines.read(tmp_path / "bad.json")
+    runs = again.runs("test_x", "cpu: A x2")
+    assert [run.run_id for run in runs] == ["2", "3", "4", "5", "6"] and min(runs[-1].package) == 9e-3
+    assert again.others("test_x", "cpu: A x2") == ["cuda: B"] and again.runs("test_y", "cpu: A x2") == []
+
+
+class _Item:
+    """What ``_benchmark_name`` reads of a test item."""
+
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid, self.name, self.stash = nodeid, nodeid.rsplit("::", 1)[-1], pytest.Stash()
+
+
+def test_each_call_of_a_test_has_its_own_baseline_entry() -> None:
+    item = _Item("test_speed.py::test_two_models")
+    names = [_benchmark_name(item, None), _benchmark_name(item, None), _benchmark_name(item, "big")]  # type: ignore[arg-type]
+    assert names == ["test_two_models", "test_two_models [call 2]", "test_two_models [big]"]
+    with pytest.raises(ValueError, match=r"'test_two_models \[big\]' is benchmarked twice in this test"):
+        _benchmark_name(item, "big")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="aoti_benchmark name: expected a non-empty string, got int 5"):
+        _benchmark_name(item, 5)  # type: ignore[arg-type]
