@@ -134,3 +134,45 @@ def test_tolerances_must_be_finite_and_not_negative(shipped: Shipped, capsys: py
         verify_package(shipped.off_by_one, rtol=float("nan"), atol=float("nan"))
     with pytest.raises(AOTIVerifyError, match="outputs differ from the bundled golden outputs"):
         verify_package(shipped.off_by_one)
+
+
+VERIFY_OPS = """
+import torch
+
+
+@torch.library.custom_op("aoti_verify_tests::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+"""
+
+
+def test_a_package_of_custom_ops_verifies_where_their_module_is_imported(
+    pytester: pytest.Pytester, run_pytest: RunPytest, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_aoti.core.cache import PackageCache
+    from pytest_aoti.core.compiler import compile_model
+    from pytest_aoti.verify import bundle_io
+
+    pytester.makepyfile(verify_ops=VERIFY_OPS)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    import verify_ops  # type: ignore[import-not-found]
+
+    class WithOp(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return verify_ops.twice(x.sin()) + 1  # type: ignore[no-any-return]
+
+    args = (torch.randn(4, 8),)
+    cache = PackageCache.open(shared_cache, 2**31)
+    compiled = compile_model(WithOp(), args, package_dir=pytester.path / "build", cache=cache)
+    bundle_io(compiled.package_path, compiled.exported_program, args, output=pytester.path / "dist" / "op.pt2")
+    compiled.release()
+    # The package is verified in a fresh interpreter, which has not imported the op's module unless told to.
+    alone = run_pytest("--aoti-verify", "dist", "-p", "no:logging", cache=None)
+    alone.assert_outcomes(failed=1)
+    assert "aoti_verify_tests::twice" in alone.stdout.str()
+    run_pytest("--aoti-verify", "--aoti-verify-import=verify_ops", "dist", cache=None).assert_outcomes(passed=1)

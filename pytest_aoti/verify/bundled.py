@@ -304,6 +304,8 @@ def verify_in_child(
             raise AOTIVerifyError(
                 f"{path}: no result within {CHILD_TIMEOUT:g} s: loading or running the package hangs"
             ) from None
+        # What the package's runtime printed (its C++ side's cause of an error), where it went when loaded here.
+        sys.stderr.write(run.stderr)
         return _child_verdict(path, run, result)
 
 
