@@ -603,7 +603,7 @@ def record_isa_probe(root: Path) -> bool:
     (``TORCHINDUCTOR_VEC_ISA_OK`` was not set for it)."""
     import sys
 
-    if "torch._inductor.cpu_vec_isa" not in sys.modules or not is_marked(root):
+    if "torch" not in sys.modules or not is_marked(root):  # no torch, no compile, no probe: nothing to import
         return False
     from pytest_aoti.core.torch_private import vector_isa_probe_passed
 
