@@ -72,6 +72,11 @@ img { max-width: 100%; } .note { color: #8a6d3b; background: #fcf8e3; padding: .
 """
 
 
+# Inline, for pytest-html's page, which has its own style sheet: a long reproduce line wraps instead of widening
+# the row past the pictures beside it.
+_WRAP = "white-space: pre-wrap; overflow-wrap: anywhere"
+
+
 def _e(text: object) -> str:
     return html.escape(str(text))
 
@@ -112,12 +117,12 @@ def findings_html(test: Findings, section: str | None = None, *, with_images: bo
     if verdict:
         parts.append(f"<p><b>verdict:</b> {_e(verdict)}</p>")
     if reproduce:
-        parts.append(f"<p>reproduce:</p><pre>{_e(reproduce)}</pre>")
+        parts.append(f'<p>reproduce:</p><pre style="{_WRAP}">{_e(reproduce)}</pre>')
     if properties:
         parts.append(_table([(name, value) for name, value in properties.items()], header=False))
     parts += [picture_html(picture, with_image=with_images) for picture in pictures]
     parts += [f'<p class="note">{_e(note)}</p>' for note in test.notes if section in (None, VERDICTS)]
-    return "".join(parts)
+    return f'<div style="overflow-wrap: anywhere">{"".join(parts)}</div>'
 
 
 def _card(test: Findings, section: str) -> str:
