@@ -60,9 +60,9 @@ def html_target(config: pytest.Config) -> Path | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    target = html_target(config)
     if os.environ.get(CHILD_ENV) or hasattr(config, "workerinput"):
         return  # the session the user started draws; children and workers only carry the records on reports
+    target = html_target(config)
     with_pytest_html = bool(config.getoption("htmlpath", None)) and config.pluginmanager.hasplugin("html")
     if target is not None or with_pytest_html:
         config.pluginmanager.register(FindingsCollector(config, target, with_pytest_html), "aoti-pictures")
