@@ -144,6 +144,29 @@ def test_cond_with_a_dynamic_batch(aoti_check):
     )
 
 
+class NonzeroRows(torch.nn.Module):
+    # test_zero_grid_with_unbacked_symbols: an output whose size is data-dependent (none when x is all zeros).
+    def forward(self, x, y):
+        nz = torch.nonzero(x)
+        ones = torch.ones_like(nz, dtype=torch.float16)
+        return ((ones + torch.zeros_like(nz, dtype=torch.float16)) @ y).sum()
+
+
+def test_data_dependent_sizes(aoti_check):
+    y = torch.randn(1, 32, dtype=torch.float16)
+    aoti_check(NonzeroRows(), (torch.tensor([1, 1, 1]), y), more_inputs=[(torch.tensor([0, 0, 0]), y)])
+
+
+class EmptyCat(torch.nn.Module):
+    # test_empty_cat_dtype_promotion: an input with no elements.
+    def forward(self, x, y):
+        return torch.cat([x, y], dim=1).to(dtype=torch.bfloat16) * 2
+
+
+def test_an_input_with_no_elements(aoti_check):
+    aoti_check(EmptyCat(), (torch.randn(4, 10, dtype=torch.bfloat16), torch.randn(4, 0)))
+
+
 class Seq(torch.nn.Module):
     # test_seq
     def __init__(self):
@@ -178,7 +201,7 @@ def test_suite_style_models(pytester: pytest.Pytester, run_pytest: RunPytest, tm
         "test_a_bare_tensor_for_args",
     }, result.stdout.str()
     assert all(case["outcomes"] == [] for name, case in cases.items() if name not in failed)
-    assert len(cases) == 10
+    assert len(cases) == 12
 
     # The declared range holds at both ends: past the max is refused, in the user's own names.
     above = _failure(result, "test_derived_dim_past_its_declared_max")
