@@ -112,7 +112,10 @@ def interleaved(
         for call in calls:
             for _ in range(WARMUP_CALLS):  # first calls allocate, pick algorithms, fill caches
                 call()
-        numbers = [max(1, int(BLOCK_SECONDS / max(_seconds_per_call(call, 1, synchronize), 1e-9))) for call in calls]
+        # Calls per block from the median of a few single calls: one call caught in a busy moment (or a quiet one)
+        # would size every block of the run by it.
+        one_call = [statistics.median(_seconds_per_call(call, 1, synchronize) for _ in range(5)) for call in calls]
+        numbers = [max(1, int(BLOCK_SECONDS / max(seconds, 1e-9))) for seconds in one_call]
         blocks: list[list[float]] = [[] for _ in calls]
         start = time.perf_counter()
         planned = start + min_run_time * len(calls)
