@@ -1,10 +1,12 @@
-"""The pictures' records, their JSON codec, the builders over real tensors and kernel logs, the drawing with and
-without matplotlib, and the page's HTML: in-process, one behaviour each."""
+"""The pictures' records, their JSON codec, the builders over real tensors and kernel logs (the H100 runs' logs in
+docs/gpu-evidence, through the debug stages over a fake launcher), the drawing with and without matplotlib, and the
+page's HTML: in-process, one behaviour each."""
 
 from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,9 +27,12 @@ from pytest_aoti.core.figure_data import (
     encode,
     figure_properties,
 )
+from pytest_aoti.debug.figures import verdict_figures
+from pytest_aoti.debug.stages import Verdict
 from pytest_aoti.pictures import render
 from pytest_aoti.pictures.page import BENCHMARKS, GOLDENS, VERDICTS, Findings, page_html, section_of
 from pytest_aoti.snapshots import golden
+from tests.unit.test_stage_pipeline import FakeLauncher, _pipeline, _run, _stage_log
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -191,3 +196,31 @@ def test_records_and_properties_go_to_their_sections() -> None:
     assert [section_of(record) for record in RECORDS] == [VERDICTS, VERDICTS, VERDICTS, GOLDENS, BENCHMARKS]
     assert section_of("aoti_snapshot_file") == GOLDENS and section_of("aoti_latency_ms") == BENCHMARKS
     assert section_of("aoti_suspect_kernel") == VERDICTS
+
+
+def _gpu_verdict(tmp_path: Path, evidence: str, outcome: str, signal: str | None, *, nonfinite: bool) -> Verdict:
+    """The verdict the debug stages give on a real H100 run's logs (docs/gpu-evidence), over a fake launcher."""
+    script = {stage: [(outcome, signal, _stage_log(evidence, stage))] for stage in ("kernels", "tensors")}
+    pipeline = _pipeline(FakeLauncher(tmp_path, script), tmp_path)
+    _run(pipeline, ("kernels", "tensors"), nonfinite=nonfinite)
+    return pipeline.verdict
+
+
+def test_a_gpu_device_assert_crash_gives_the_timeline_up_to_the_kernel_that_never_finished(tmp_path: Path) -> None:
+    verdict = _gpu_verdict(tmp_path, "embedding_assert.txt", "crashed", "SIGABRT", nonfinite=False)
+    (timeline,) = verdict_figures(verdict)
+    assert isinstance(timeline, KernelTimeline) and timeline.problem == "crash"
+    assert timeline.marked == timeline.kernels[-1] == "triton_poi_fused_embedding_mul_0"
+    assert timeline.completed == len(timeline.kernels) - 1
+    assert [(s.arg, s.minimum, s.maximum) for s in timeline.inputs] == [("arg1_1", "5000", "5000")]
+    picture = render.draw(timeline)
+    assert picture.png is not None and "crashed in triton_poi_fused_embedding_mul_0" in picture.caption
+
+
+def test_a_gpu_nan_gives_the_timeline_with_the_first_nonfinite_kernel(tmp_path: Path) -> None:
+    verdict = _gpu_verdict(tmp_path, "gpu_nan.log", "failed", None, nonfinite=True)
+    (timeline,) = verdict_figures(verdict)
+    assert isinstance(timeline, KernelTimeline) and timeline.problem == "nonfinite"
+    assert timeline.marked == "triton_poi_fused_add_log_mul_0" and timeline.kernels == (timeline.marked,)
+    assert [s.arg for s in timeline.inputs] == ["arg0_1"]
+    assert render.draw(timeline).png is not None
