@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_aoti.core import output_diff
 from pytest_aoti.core.figure_builders import golden_errors, kernel_errors, kernel_timeline
 from pytest_aoti.core.figure_data import (
     FIGURE_PROPERTY,
@@ -31,7 +32,6 @@ from pytest_aoti.debug.figures import verdict_figures
 from pytest_aoti.debug.stages import Verdict
 from pytest_aoti.pictures import render
 from pytest_aoti.pictures.page import BENCHMARKS, GOLDENS, VERDICTS, Findings, page_html, section_of
-from pytest_aoti.snapshots import golden
 from tests.unit.test_stage_pipeline import FakeLauncher, _pipeline, _run, _stage_log
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -114,7 +114,7 @@ def test_golden_errors_of_real_tensors_agree_with_the_golden_comparison() -> Non
     expected[7, 0] = math.nan  # NaN against NaN matches
     rtol, atol = 1.3e-6, 1e-5
     record = golden_errors("out", got, expected, rtol, atol)
-    diff = golden.compare("out", got, expected, rtol, atol)
+    diff = output_diff.compare("out", got, expected, rtol, atol)
     assert diff is not None
     assert record.elements == 512 and record.mismatched == 4 and record.nonfinite == 0
     assert record.zero == 508 and sum(record.counts) == 4
