@@ -55,9 +55,9 @@ def test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Runner A compiles and uploads; runner B (a fresh local cache) loads A's package; after one byte of the entry
-    is flipped on the server, runner C refuses it, recompiles and replaces it; runner D, given a wrong password on
-    the command line, warns once and compiles. The server's password and the secret appear nowhere."""
+    """Runner A compiles and uploads; runner B (a fresh local cache, under xdist) loads A's package; after one byte
+    of the entry is flipped on the server, runner C refuses it, recompiles and replaces it; runner D, given a wrong
+    password on the command line, warns once and compiles. The server's password and the secret appear nowhere."""
     pytester.makepyfile(test_model=TEST_MLP)
     monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", server.url(password=PASSWORD))
     monkeypatch.setenv("PYTEST_AOTI_CACHE_SECRET", SECRET)
@@ -77,7 +77,7 @@ def test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry(
     result.stdout.fnmatch_lines(["aoti cache: 0 hits (0 remote), 1 misses, * 1 uploaded"])
     assert properties["aoti_from_cache"] == "False"
 
-    result, properties = runner("b")
+    result, properties = runner("b", "-n", "1")  # the worker's statistics reach the controller's summary
     result.stdout.fnmatch_lines(["aoti cache: 1 hits (1 remote), 0 misses, * s saved"])
     assert properties["aoti_from_cache"] == "True"
 
