@@ -297,3 +297,8 @@ def test_goldens_file_names_structure_names_and_refused_values(
     updated = run_pytest("-p", "no:logging", "-k", "test_empty", "--aoti-snapshot-update")
     updated.assert_outcomes(passed=1, deselected=len(REFUSED) + 3)
     updated.stdout.fnmatch_lines(["aoti snapshot updated: *test_empty.safetensors (snapshot0: updated)"])
+
+    # The feature's own option, checked at startup where pytest checks its own.
+    bad = run_pytest("--aoti-snapshot=sometimes")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["ERROR: --aoti-snapshot: expected auto, write or fail, got 'sometimes'"])
