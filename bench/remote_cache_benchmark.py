@@ -36,8 +36,6 @@ SUITE = """
 import pytest
 import torch
 
-DEVICE = "{device}"
-
 
 def mlp(width):
     return torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.GELU(), torch.nn.Linear(width, 64))
@@ -114,7 +112,7 @@ def main() -> None:
         root = Path(tmp)
         suite = root / "suite" / "test_suite.py"
         suite.parent.mkdir()
-        suite.write_text(SUITE.format(device=args.device, count=count))
+        suite.write_text(SUITE.format(count=count))
         (suite.parent / "pytest.ini").write_text(f"[pytest]\naoti_device = {args.device}\n")
         server = RedisServer(root / "redis").start()
         try:

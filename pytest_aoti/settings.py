@@ -242,6 +242,12 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
         raise pytest.UsageError(
             f"{source}: the remote cache needs the redis client: pip install 'pytest-aoti[remote-cache]'"
         )
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as error:
+        raise pytest.UsageError(f"{source}: {redact(url)!r}: {redact(str(error))}") from None
     secret = os.environ.get(CACHE_SECRET_ENV, "")
     if not secret and not _value(config, "cache-unsigned")[0]:
         return {

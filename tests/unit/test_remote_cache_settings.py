@@ -53,6 +53,11 @@ def test_without_a_secret_only_when_unsigned_is_asked_for(resolve: Callable[...,
     [
         (["--aoti-cache-url=http://u:pw@host/"], None, "--aoti-cache-url: expected redis://[:password@]host:port/db"),
         ([], "host:6379", "$PYTEST_AOTI_CACHE_URL: expected redis://[:password@]host:port/db, got 'host:6379'"),
+        (
+            ["--aoti-cache-url=redis://:pw@host:port/0"],
+            None,
+            "--aoti-cache-url: 'redis://***@host:port/0': Port could not be cast to integer value as 'port'",
+        ),
     ],
 )
 def test_a_url_that_is_not_redis_is_a_usage_error(
