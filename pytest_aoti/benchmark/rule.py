@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_aoti.benchmark.timing import MIN_BLOCKS, OVERRUN_FACTOR, Figures
+from pytest_aoti.benchmark.timing import MIN_BLOCKS, OVERRUN_FACTOR, OVERRUN_SECONDS, Figures
 
 CONFIDENCE = 0.99  # of the prediction interval a run must lie above to fail
 MIN_BASELINE_RUNS = 2  # a spread between runs needs two of them
@@ -86,8 +86,8 @@ def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
     if len(run.package) < MIN_BLOCKS:
         return (
             f"too few blocks ({len(run.package)} of the {MIN_BLOCKS} a run needs) in {OVERRUN_FACTOR}x the planned "
-            f"time: one call takes too long for a min run time of {min_run_time:g} s, or the machine is that busy; "
-            "raise it (--aoti-benchmark-min-time or min_run_time=)"
+            f"time (at least {OVERRUN_SECONDS:g} s): one call takes too long for a min run time of {min_run_time:g} "
+            "s, or the machine is that busy; raise it (--aoti-benchmark-min-time or min_run_time=)"
         )
     drift = calibration_drift(run)
     if max(drift, 1 / drift) > 1 + tolerance:

@@ -22,9 +22,11 @@ import torch
 BLOCK_SECONDS = 0.01  # each block runs its call this long, give or take: long enough for the clock, short for rounds
 MIN_BLOCKS = 10  # rounds a run needs before it can be judged; fewer: too few blocks to say anything
 MAX_BLOCKS = 500
-# A run stops after this many times its planned time, with whatever rounds it has (at least 2): a model whose one
-# call takes longer than the planned time would otherwise hold the test for MIN_BLOCKS calls of each side.
+# A run stops after this many times its planned time (and at least OVERRUN_SECONDS), with whatever rounds it has (at
+# least 2): a model whose one call takes longer than the planned time would otherwise hold the test for MIN_BLOCKS
+# calls of each side. On a 2-core machine shared with six test suites, rounds of a tiny model took 1-3 s.
 OVERRUN_FACTOR = 10
+OVERRUN_SECONDS = 60.0
 WARMUP_CALLS = 3
 
 # The calibration workload: fixed sizes per device type, so its speed is a property of the machine alone.
@@ -106,7 +108,8 @@ def interleaved(
 ) -> tuple[list[list[float]], float]:
     """Seconds per call of each of ``calls``, one figure per block, in rounds that time one block of each in turn:
     at least ``MIN_BLOCKS`` rounds, more until each call had ``min_run_time`` seconds, and none past
-    ``OVERRUN_FACTOR`` times that (then fewer rounds, which the judge refuses). Also the run's wall time."""
+    ``OVERRUN_FACTOR`` times that or ``OVERRUN_SECONDS`` (then fewer rounds, which the judge refuses). Also the run's
+    wall time."""
     synchronize = _synchronizer(device)
     with torch.no_grad():
         for call in calls:
@@ -119,7 +122,7 @@ def interleaved(
         blocks: list[list[float]] = [[] for _ in calls]
         start = time.perf_counter()
         planned = start + min_run_time * len(calls)
-        overrun = start + min_run_time * len(calls) * OVERRUN_FACTOR
+        overrun = start + max(min_run_time * len(calls) * OVERRUN_FACTOR, OVERRUN_SECONDS)
         while len(blocks[0]) < MAX_BLOCKS:
             now = time.perf_counter()
             if (len(blocks[0]) >= MIN_BLOCKS and now >= planned) or (len(blocks[0]) >= 2 and now >= overrun):
