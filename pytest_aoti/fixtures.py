@@ -288,12 +288,9 @@ def pytest_runtest_makereport(
     report = yield
     compiled = item.stash.get(compiled_key, [])
     device = item.config.stash.get(device_property_key, None)
-    if device is not None and "aoti_device" in getattr(item, "fixturenames", ()):
-        if report.when == "setup":
-            # For the xdist controller, should the test crash its worker: it writes that test's JUnit properties.
-            report.aoti_device = device  # type: ignore[attr-defined]
-        elif report.when == "teardown":
-            report.user_properties = [*report.user_properties, ("aoti_device", device)]
+    # The setup report's device, for a process that logs a test that crashed: debug.crash_route.stamp_test_report.
+    if device is not None and "aoti_device" in getattr(item, "fixturenames", ()) and report.when == "teardown":
+        report.user_properties = [*report.user_properties, ("aoti_device", device)]
     if report.when == "teardown" and compiled:
         report.user_properties = [
             *report.user_properties,

@@ -45,6 +45,7 @@ from pytest_aoti.core.protocol import (
 )
 from pytest_aoti.core.remote_cache import redact
 from pytest_aoti.debug.child_args import strip_parent_only
+from pytest_aoti.debug.crash_route import record_of
 from pytest_aoti.settings import settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
@@ -144,7 +145,7 @@ class ChildRun:
         if self.outcome is Outcome.TIMED_OUT:
             return "timeout"
         failed = [report for report in self.reports if report.failed]
-        return getattr(failed[0], "aoti_failure_kind", None) or "other" if failed else None
+        return record_of(failed[0]).failure_kind or "other" if failed else None
 
     def describe(self) -> str:
         if self.outcome is Outcome.CRASHED:

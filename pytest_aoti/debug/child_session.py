@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti.core import phases
-from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.observers import CallCapture, CallObservers
 from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
 from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, write_warning
 from pytest_aoti.debug.child_args import without_xdist_group
+from pytest_aoti.debug.crash_route import stamp_test_report
 from pytest_aoti.fixtures import call_observers_key
 
 if TYPE_CHECKING:
@@ -97,10 +97,9 @@ class ChildSession:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if call.excinfo is not None:
-            # What kind of failure this was travels with the report: the parent triages debug reruns by it.
-            # A plain str: xdist's wire format (execnet) takes no str subclass.
-            report.aoti_failure_kind = str(failure_kind(call.excinfo.value))  # type: ignore[attr-defined]
+        # What kind of failure this was, and the device, travel with the report: the parent triages debug reruns by
+        # the kind, and names the device of a test that crashed the child.
+        stamp_test_report(item, report, call.excinfo)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

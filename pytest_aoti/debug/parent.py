@@ -16,16 +16,15 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Generator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_aoti.core import phases
-from pytest_aoti.core.errors import failure_kind
-from pytest_aoti.core.protocol import Outcome, Stage, VerdictSummary
+from pytest_aoti.core.protocol import Outcome, Stage
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
+from pytest_aoti.debug.crash_route import Crash, crash_reports, record_of, stamp, stamp_test_report
 from pytest_aoti.debug.in_order import InOrderScheduling
 from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render, summary_lines, verdict_record
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
@@ -116,7 +115,7 @@ def attach_debug(
     properties: list[tuple[str, object]] = list(rendered.properties)
     report.sections.append((SECTION_TITLE, rendered.text))
     report.user_properties = [*report.user_properties, *properties]
-    report.aoti_verdict = verdict_record(rendered).to_dict()  # type: ignore[attr-defined]
+    stamp(report, verdict=verdict_record(rendered))
     return properties
 
 
@@ -191,7 +190,7 @@ class ParentSession:
                     report,
                     resolved.debug,
                     test_path=item.path,
-                    failure=getattr(report, "aoti_failure_kind", None),
+                    failure=record_of(report).failure_kind,
                     isolated_run=run,
                     reached_aoti=run.phase is not None,
                 )
@@ -219,10 +218,14 @@ class ParentSession:
             nonlocal properties
             report = call_and_report(item, when, log=False, **kwargs)  # type: ignore[arg-type]
             if report.failed and when in ("setup", "call"):
-                failure = getattr(report, "aoti_failure_kind", None)
-                reached = getattr(report, "aoti_reached", True)
+                record = record_of(report)
                 properties = attach_debug(
-                    self.config, report, request, test_path=item.path, failure=failure, reached_aoti=reached
+                    self.config,
+                    report,
+                    request,
+                    test_path=item.path,
+                    failure=record.failure_kind,
+                    reached_aoti=record.reached_aoti,
                 )
             if when == "teardown":  # junitxml reads the properties from the teardown report
                 report.user_properties = [*report.user_properties, *properties]
@@ -255,15 +258,12 @@ class ParentSession:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
+        stamp_test_report(item, report, call.excinfo)
         request = item_settings(item).debug
         if request is not None and report.when == "setup":
             # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
-            report.aoti_debug_request = asdict(request)  # type: ignore[attr-defined]
+            stamp(report, debug_request=request)
         if report.failed and report.when in ("setup", "call"):
-            # A plain str: xdist's wire format (execnet) takes no str subclass.
-            kind = str(failure_kind(call.excinfo.value)) if call.excinfo is not None else None
-            report.aoti_failure_kind = kind  # type: ignore[attr-defined]
-            report.aoti_reached = phases.announced() is not None  # type: ignore[attr-defined]
             self._check_cuda_context(item, report)
         return report
 
@@ -292,7 +292,7 @@ class ParentSession:
         problem = cuda_context_problem()
         if problem is not None:
             self.config.stash[poisoned_by_key] = item.nodeid
-            report.aoti_poisoned_cuda = True  # type: ignore[attr-defined]
+            stamp(report, poisoned_cuda=True)
             report.sections.append(
                 (
                     "aoti cuda context",
@@ -318,11 +318,12 @@ class ParentSession:
         seen: set[tuple[str, str]] = set()
         for reports in terminalreporter.stats.values():
             for report in reports:
-                summary = VerdictSummary.from_dict(getattr(report, "aoti_verdict", None))
+                record = record_of(report)
+                summary = record.verdict
                 if summary is not None and (report.nodeid, summary.headline) not in seen:
                     seen.add((report.nodeid, summary.headline))
                     verdicts += summary_lines(report.nodeid, summary)
-                if getattr(report, "aoti_poisoned_cuda", False):
+                if record.poisoned_cuda:
                     poisoned.append(
                         f"CUDA context poisoned by {report.nodeid}: later CUDA tests of that process ran in fresh "
                         "subprocesses"
@@ -340,12 +341,12 @@ class ParentSession:
             terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}")
 
 
-def _hook_errors(report: pytest.TestReport) -> list[str]:
+def _hook_errors(report: Any) -> list[str]:
     """A line per ``pytest_aoti_verdict`` error on ``report``: the traceback's last line."""
     return [
         f"pytest_aoti_verdict raised {text.strip().splitlines()[-1]} ({report.nodeid}; traceback in its report "
         f"section '{HOOK_ERROR_TITLE}')"
-        for title, text in report.sections
+        for title, text in getattr(report, "sections", ())  # the summary's stats hold warnings' reports too
         if title == HOOK_ERROR_TITLE and text.strip()
     ]
 
@@ -360,8 +361,8 @@ class XdistController:
     def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
         self.config = config
         self.supervising = supervising
-        self.armed: dict[str, dict[str, Any]] = {}
-        self.crash_properties: dict[str, list[tuple[str, object]]] = {}
+        self.armed: dict[str, DebugRequest] = {}  # the tests set up on a worker that want a debug rerun
+        self.teardowns: dict[str, pytest.TestReport] = {}  # to log after xdist logs the crash report it made
         self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
         self.setup_passed: set[str] = set()
         self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
@@ -399,11 +400,11 @@ class XdistController:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        request = getattr(report, "aoti_debug_request", None)
-        if request is not None:
-            self.armed[report.nodeid] = request
-        if report.when == "setup" and isinstance(device := getattr(report, "aoti_device", None), str):
-            self.devices[report.nodeid] = device
+        record = record_of(report)
+        if record.debug_request is not None:
+            self.armed[report.nodeid] = record.debug_request
+        if report.when == "setup" and record.device is not None:
+            self.devices[report.nodeid] = record.device
         elif report.when == "teardown":
             self.devices.pop(report.nodeid, None)
         if report.when == "setup" and report.passed:
@@ -411,20 +412,13 @@ class XdistController:
             self.crashed_in_setup_last = False
         elif report.when == "call":
             self.call_reported.add(report.nodeid)
-        properties = self.crash_properties.pop(report.nodeid, None)
-        if properties is not None:
-            # xdist logs a crashed test as one report and never a teardown. junitxml reads properties from the
-            # teardown report and keys its test cases by (node id, worker node): give it that teardown, for the
-            # same test case, so the test stays one <testcase> with its failure and its properties.
-            teardown = pytest.TestReport(
-                report.nodeid, report.location, {}, "passed", None, "teardown", user_properties=properties
-            )
-            teardown.node = getattr(report, "node", None)  # type: ignore[attr-defined]
+        teardown = self.teardowns.pop(report.nodeid, None)
+        if teardown is not None:  # xdist logged the crash report it made: now the teardown crash_reports added
             self.config.hook.pytest_runtest_logreport(report=teardown)
-        if getattr(report, "aoti_crashed", False):
+        if record.crashed:
             raise_if_interrupted(self.config)  # the crash report is logged: Ctrl-C came during its debug rerun
-        if self.stop_reason is not None and getattr(report, "aoti_crashed", False):
-            pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
+            if self.stop_reason is not None:
+                pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -439,15 +433,28 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist made ``report`` for a test that crashed its worker and logs it after this hook: it becomes the
+        failure of the phase the test crashed in (:func:`crash_reports`), with its debug verdict."""
         in_setup = crashitem not in self.setup_passed
         in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
-        how = worker_exit(getattr(report, "node", None))
         # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
         # setup or teardown an error, as pytest reports a fixture's exception there.
-        report.when = "setup" if in_setup else "teardown" if in_teardown else "call"
-        where = ", in setup" if in_setup else ", in teardown" if in_teardown else ""
-        report.longrepr = f"{report.longrepr} ({how}{where})"
-        report.aoti_crashed = True  # type: ignore[attr-defined]
+        when = "setup" if in_setup else "teardown" if in_teardown else "call"
+        where = f", in {when}" if when != "call" else ""
+        crash = Crash(
+            when,
+            f"{report.longrepr} ({worker_exit(getattr(report, 'node', None))}{where})",
+            self.devices.pop(crashitem, None),
+        )
+        request = self.armed.get(crashitem)
+        attach = (
+            None
+            if request is None
+            else functools.partial(self._attach_debug, request, _test_path(self.config, crashitem))
+        )
+        _, *teardown = crash_reports(crash, report, attach)
+        if teardown:
+            self.teardowns[crashitem] = teardown[0]
         if not self.supervising:  # the supervised session stops through its scheduler
             count_crash_failure(self.config, report)
         if self.supervising and in_setup and self.crashed_in_setup_last:
@@ -457,30 +464,11 @@ class XdistController:
                 "test the same way"
             )
         self.crashed_in_setup_last = in_setup
-        device = self.devices.pop(crashitem, None)
-        if device is not None:  # JUnit consumers group by device: the tests that crashed theirs most of all
-            self.crash_properties[crashitem] = [("aoti_device", device)]
-        armed = self.armed.get(crashitem)
-        if armed is None:
-            self._carry_properties(report)
-            return
-        request = DebugRequest(
-            **{
-                **armed,
-                "kernels": tuple(armed["kernels"]),
-                "stages": tuple(armed["stages"]) if armed["stages"] is not None else None,
-            }
-        )
-        test_path = _test_path(self.config, crashitem)
-        properties = attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
-        if report.when != "teardown":  # in teardown, attach_debug put them on this report, which junitxml reads
-            self.crash_properties[crashitem] = [*self.crash_properties.get(crashitem, []), *properties]
-        self._carry_properties(report)
 
-    def _carry_properties(self, report: pytest.TestReport) -> None:
-        """A crash in teardown is itself the teardown report, which junitxml reads the properties from."""
-        if report.when == "teardown":
-            report.user_properties = [*report.user_properties, *self.crash_properties.pop(report.nodeid, [])]
+    def _attach_debug(
+        self, request: DebugRequest, test_path: Path, report: pytest.TestReport
+    ) -> list[tuple[str, object]]:
+        return attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

@@ -10,6 +10,7 @@ import pytest
 from pytest_aoti.core.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage, VerdictSummary
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.child import ChildRun
+from pytest_aoti.debug.crash_route import record_of
 from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
 from pytest_aoti.debug.verdict import PublicVerdict
 
@@ -470,8 +471,8 @@ def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pyte
         return reports  # the test was fully reported; whatever ended the child came after it
     setup = next((report for report in reports if report.when == "setup"), None)
     # junitxml reads properties from the teardown report, which the child never sent: the device it set up on.
-    device = getattr(setup, "aoti_device", None)
-    properties: list[tuple[str, object]] = [("aoti_device", device)] if isinstance(device, str) else []
+    device = record_of(setup).device if setup is not None else None
+    properties: list[tuple[str, object]] = [("aoti_device", device)] if device is not None else []
     reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note, properties))
     if died_in != "teardown":
         reports.append(_synthetic_report(item, "teardown", "passed", None, note, properties))

@@ -13,6 +13,7 @@ from pytest_aoti.core.errors import AOTICompileError, failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug import kernel_log
 from pytest_aoti.debug.child import ChildRun, _outcome
+from pytest_aoti.debug.crash_route import stamp
 from pytest_aoti.debug.provenance import SourceLine, user_frame
 from pytest_aoti.debug.reporting import (
     headline,
@@ -367,7 +368,7 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     wrapped = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( ... ) API call failed")
     wrapped.reports = [r for r in reports if r.when == "setup"]
     for report in wrapped.reports:
-        report.aoti_failure_kind = "package_error"  # type: ignore[attr-defined]
+        stamp(report, failure_kind="package_error")
     assert wrapped.failure == "package_error"
     assert failure_if_different("output_nonfinite", rerun(wrapped)) == "output_nonfinite"
     assert failure_if_different("output_nonfinite", rerun(wrapped, nan_assert="At least one NaN in buf0")) is None
