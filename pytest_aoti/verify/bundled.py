@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,7 +263,7 @@ def _differences(
     return found
 
 
-# Generous: a child loads one package and runs it once. Past this, the package hangs; the check must still end.
+# Generous: a child loads a package and runs it once. Past this without a verdict, the package it is on hangs.
 CHILD_TIMEOUT = 900.0
 
 
@@ -277,36 +277,97 @@ def verify_in_child(
 ) -> Verified:
     """:func:`verify_package` in a fresh interpreter (``python -m pytest_aoti.verify``), so that a package that
     crashes the process loading it (a garbage library with valid zip checksums) fails as that file, naming the
-    signal. What needs no load (the archive, its bundled I/O, the device) is checked here first. The child's temp
-    files, a crashed load's extraction included, go with a temp dir of this process's."""
-    rtol, atol = tolerance(rtol, "rtol"), tolerance(atol, "atol")
+    signal. What needs no load (the archive, its bundled I/O, the device) is checked here first."""
     path = Path(package)
     _, metadata = _read_io(path)
     run_device = _run_device(path, metadata, device)
+    ((_, outcome),) = verify_in_children([path], device=str(run_device), rtol=rtol, atol=atol, imports=imports)
+    if isinstance(outcome, AOTIVerifyError):
+        raise outcome
+    return outcome
+
+
+def verify_in_children(
+    packages: Sequence[str | os.PathLike[str]],
+    *,
+    device: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    imports: Sequence[str] = (),
+) -> Iterator[tuple[Path, Verified | AOTIVerifyError]]:
+    """Each package verified in a fresh interpreter, in order, one interpreter for as many as it gets through: a
+    package that crashes (or hangs) the interpreter on it fails naming the signal, and a new interpreter goes on with
+    the packages after it. Each interpreter's temp files, a crashed load's extraction included, are removed."""
+    rtol, atol = tolerance(rtol, "rtol"), tolerance(atol, "atol")
+    options = [
+        *([f"--device={device}"] if device else []),
+        *([f"--rtol={rtol!r}", f"--atol={atol!r}"] if rtol is not None and atol is not None else []),
+        *(f"--import={module}" for module in imports),
+    ]
+    remaining = [Path(package) for package in packages]
+    while remaining:
+        answers, ended = _child_run(remaining, options)
+        for path, answer in zip(remaining, answers, strict=False):
+            error = answer.get("error")
+            yield path, AOTIVerifyError(error) if error else Verified(path, answer["device"], tuple(answer["lines"]))
+        remaining = remaining[len(answers) :]
+        if remaining:  # the child ended on this one
+            yield remaining[0], AOTIVerifyError(f"{remaining[0]}: {ended}")
+            remaining = remaining[1:]
+
+
+def _child_run(packages: list[Path], options: list[str]) -> tuple[list[dict[str, Any]], str]:
+    """The answers of one child, in the packages' order, and how it ended when it did not answer them all. It may
+    take ``CHILD_TIMEOUT`` per package: past that without a new answer, it is stopped."""
     with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as scratch:
-        result = Path(scratch) / "result.json"
+        results, errors = Path(scratch) / "results.jsonl", Path(scratch) / "stderr"
         command = [
             sys.executable,
             *(["-P"] if sys.flags.safe_path else []),
-            "-m",
-            "pytest_aoti.verify",
-            f"--result-file={result}",
-            f"--device={run_device}",
-            *([f"--rtol={rtol!r}", f"--atol={atol!r}"] if rtol is not None and atol is not None else []),
-            *(f"--import={module}" for module in imports),
-            str(path),
+            *("-m", "pytest_aoti.verify", f"--result-file={results}", *options, *map(str, packages)),
         ]
-        try:
-            run = subprocess.run(
-                command, env=_child_env(scratch), capture_output=True, text=True, timeout=CHILD_TIMEOUT
-            )
-        except subprocess.TimeoutExpired:
-            raise AOTIVerifyError(
-                f"{path}: no result within {CHILD_TIMEOUT:g} s: loading or running the package hangs"
-            ) from None
+        with errors.open("w") as stderr:
+            child = subprocess.Popen(command, env=_child_env(scratch), stdout=subprocess.DEVNULL, stderr=stderr)
+            answered = -1
+            while child.poll() is None and _answer_count(results) > answered:
+                answered = _answer_count(results)
+                try:
+                    child.wait(timeout=CHILD_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    pass
+            hung = child.poll() is None
+            if hung:
+                child.kill()
+                child.wait()
+        said = errors.read_text(errors="replace")
         # What the package's runtime printed (its C++ side's cause of an error), where it went when loaded here.
-        sys.stderr.write(run.stderr)
-        return _child_verdict(path, run, result)
+        sys.stderr.write(said)
+        answers = _answers(results)
+    if hung:
+        return answers, f"no result within {CHILD_TIMEOUT:g} s: loading or running the package hangs"
+    lines = said.strip().splitlines()
+    last = f": {lines[-1]}" if lines else ""
+    if child.returncode < 0:
+        return (
+            answers,
+            f"the package crashed the process that loaded and ran it ({signal_name(-child.returncode)}){last}",
+        )
+    return answers, f"its check ended with exit status {child.returncode} and no result{last}"
+
+
+def _answers(results: Path) -> list[dict[str, Any]]:
+    """The child's answers, up to a line it did not finish writing (a crash in the middle of one)."""
+    answers: list[dict[str, Any]] = []
+    for line in results.read_text().splitlines() if results.exists() else ():
+        try:
+            answers.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return answers
+
+
+def _answer_count(results: Path) -> int:
+    return len(results.read_text().splitlines()) if results.exists() else 0
 
 
 def _child_env(scratch: str) -> dict[str, str]:
@@ -316,21 +377,6 @@ def _child_env(scratch: str) -> dict[str, str]:
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
     env["TMPDIR"] = scratch
     return env
-
-
-def _child_verdict(path: Path, run: subprocess.CompletedProcess[str], result: Path) -> Verified:
-    if result.exists():
-        answer = json.loads(result.read_text())
-        if "error" in answer:
-            raise AOTIVerifyError(answer["error"])
-        return Verified(path, answer["device"], tuple(answer["lines"]))
-    said = (run.stderr.strip() or run.stdout.strip()).splitlines()
-    last = f": {said[-1]}" if said else ""
-    if run.returncode < 0:
-        raise AOTIVerifyError(
-            f"{path}: the package crashed the process that loaded and ran it ({signal_name(-run.returncode)}){last}"
-        )
-    raise AOTIVerifyError(f"{path}: its check ended with exit status {run.returncode} and no result{last}")
 
 
 def _tolerance_argument(text: str) -> float:
@@ -391,31 +437,29 @@ def package_files(argument: str) -> list[Path]:
     return found
 
 
-def _verify_and_print(package: Path, options: argparse.Namespace) -> bool:
-    """Whether ``package`` verified; its lines, or its failure, printed."""
-    try:
-        verified = verify_in_child(
-            package, device=options.device, rtol=options.rtol, atol=options.atol, imports=options.imports
-        )
-    except AOTIVerifyError as error:
-        print(f"FAILED {error}", flush=True)
-        return False
-    print(f"ok {verified.path} on {verified.device}", flush=True)
-    for line in verified.lines:
+def _print(path: Path, outcome: Verified | AOTIVerifyError) -> None:
+    if isinstance(outcome, AOTIVerifyError):
+        print(f"FAILED {outcome}", flush=True)
+        return
+    print(f"ok {path} on {outcome.device}", flush=True)
+    for line in outcome.lines:
         print(f"  {line}", flush=True)
-    return True
 
 
 def _answer_as_child(options: argparse.Namespace) -> int:
-    """Verify the one package in this process and write the answer (or the error) as JSON."""
-    (package,) = options.packages
-    try:
-        verified = verify_package(package, device=options.device, rtol=options.rtol, atol=options.atol)
-        answer: dict[str, Any] = {"device": verified.device, "lines": list(verified.lines)}
-    except AOTIVerifyError as error:
-        answer = {"error": str(error)}
-    Path(options.result_file).write_text(json.dumps(answer))
-    return 1 if "error" in answer else 0
+    """Verify the packages in this process, in order, appending each answer (or error) to the result file as it is
+    known: a crash loses none given before it."""
+    failed = 0
+    for package in options.packages:
+        try:
+            verified = verify_package(package, device=options.device, rtol=options.rtol, atol=options.atol)
+            answer: dict[str, Any] = {"device": verified.device, "lines": list(verified.lines)}
+        except AOTIVerifyError as error:
+            failed += 1
+            answer = {"error": str(error)}
+        with open(options.result_file, "a") as results:
+            results.write(json.dumps(answer) + "\n")
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -427,17 +471,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             importlib.import_module(module)
         except Exception as error:  # whatever the user's module raises: one line, then stop
-            print(f"FAILED --import {module}: {type(error).__name__}: {error}")
+            # A child's stdout goes nowhere: its parent reads the last line of its stderr.
+            print(
+                f"FAILED --import {module}: {type(error).__name__}: {error}",
+                file=sys.stderr if options.result_file else sys.stdout,
+            )
             return 2
     if options.result_file:
         return _answer_as_child(options)
     failed = 0
+    packages: list[Path] = []
     for argument in options.packages:
         try:
-            packages = package_files(argument)
+            packages += package_files(argument)
         except AOTIVerifyError as error:
             failed += 1
             print(f"FAILED {error}", flush=True)
-            continue
-        failed += sum(not _verify_and_print(package, options) for package in packages)
+    checked = verify_in_children(
+        packages, device=options.device, rtol=options.rtol, atol=options.atol, imports=options.imports
+    )
+    for path, outcome in checked:
+        failed += isinstance(outcome, AOTIVerifyError)
+        _print(path, outcome)
     return 1 if failed else 0
