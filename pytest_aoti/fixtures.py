@@ -134,10 +134,9 @@ def _builder(
     allow_out_of_range: bool = False,
     compares_with_eager: bool = False,
 ) -> Callable[..., CompiledModel]:
-    """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) with the model and every
-    input moved to ``device``, the session's cache, and build failures turned into test failures. The features see
-    each build through pytest-aoti's hooks (:mod:`pytest_aoti.hookspecs`): the keywords they take are handed to them,
-    not to the core; they may wrap the build, and they see the built package and each matched input set."""
+    """What the compile fixtures hand to tests: ``core`` (compile_model or check_model) on ``device``, with the
+    session's cache, build failures as test failures, and each build shown to the features through the hooks of
+    :mod:`pytest_aoti.hookspecs` (the keywords they take go to them, not to the core)."""
     from pytest_aoti.core.compiler import as_module
     from pytest_aoti.hookspecs import BuildRequest, BuiltPackage, MatchedOutputs
 
@@ -149,11 +148,7 @@ def _builder(
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
         __tracebackhide__ = True
-        if isinstance(options.get("more_inputs"), list | tuple):  # anything else: check_model names what is wrong
-            options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
-        options.setdefault("allow_nonfinite", allow_nonfinite)
-        options.setdefault("restride_inputs", restride_inputs)
-        options.setdefault("allow_out_of_range", allow_out_of_range)
+        options = _with_defaults(options, device, allow_nonfinite, restride_inputs, allow_out_of_range)
         feature_options = {name: options.pop(name) for name in list(options) if name in feature_keywords}
         module = as_module(model).to(device)
         request = BuildRequest(
@@ -185,6 +180,22 @@ def _builder(
         return compiled
 
     return build
+
+
+def _with_defaults(
+    options: dict[str, Any],
+    device: torch.device,
+    allow_nonfinite: bool,
+    restride_inputs: bool,
+    allow_out_of_range: bool,
+) -> dict[str, Any]:
+    """A build's keywords with the marker's flags as defaults, and ``more_inputs`` moved to ``device``."""
+    if isinstance(options.get("more_inputs"), list | tuple):  # anything else: check_model names what is wrong
+        options["more_inputs"] = [_moved(extra, device) for extra in options["more_inputs"]]
+    options.setdefault("allow_nonfinite", allow_nonfinite)
+    options.setdefault("restride_inputs", restride_inputs)
+    options.setdefault("allow_out_of_range", allow_out_of_range)
+    return options
 
 
 def _matched_outputs_hook(config: pytest.Config, request: Any, record: Any) -> Callable[[str, Any, Any], None]:
