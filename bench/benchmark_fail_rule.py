@@ -249,8 +249,11 @@ def record_baseline(work: Path, runs: int, common: list[str], env: dict[str, str
         if record["baseline"] == "recorded":
             medians.append(float(str(record["median_s"])))
         if len(medians) == runs:
-            return statistics.median(medians) * 1e3
-    raise SystemExit(f"only {len(medians)} of {runs} baseline runs recorded in {3 * runs} attempts")
+            break
+    print(f"baseline: {len(medians)} of {runs} runs recorded in {attempt + 1} attempts", flush=True)
+    if len(medians) < 2:  # a baseline of one run judges nothing: the settings below would only say "not judged"
+        raise SystemExit("fewer than 2 baseline runs recorded: the machine changed under every measurement")
+    return statistics.median(medians) * 1e3
 
 
 def unchanged(work: Path, setting: str, runs: int, common: list[str], env: dict[str, str]) -> Series:
