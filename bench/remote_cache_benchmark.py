@@ -72,6 +72,14 @@ def _missing() -> str | None:
     return None
 
 
+def _plugin_args() -> list[str]:
+    """``-p pytest_aoti.plugin`` where pytest-aoti is importable (PYTHONPATH) but not installed (the GPU machine)."""
+    from importlib.metadata import entry_points
+
+    installed = any(entry.value == "pytest_aoti.plugin" for entry in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_aoti.plugin"]
+
+
 def _run(suite: Path, runner_dir: Path, env: dict[str, str], workers: int) -> tuple[float, str]:
     """One pytest run of the suite as runner ``runner_dir`` (its cache dir, Inductor cache and TMPDIR inside)."""
     for name in ("aoti-cache", "inductor-cache", "tmp"):
@@ -81,7 +89,7 @@ def _run(suite: Path, runner_dir: Path, env: dict[str, str], workers: int) -> tu
         "TORCHINDUCTOR_CACHE_DIR": str(runner_dir / "inductor-cache"),
         "TMPDIR": str(runner_dir / "tmp"),
     }
-    command = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    command = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", *_plugin_args()]
     command += [f"--aoti-cache-dir={runner_dir / 'aoti-cache'}", *(["-n", str(workers)] if workers else [])]
     started = time.perf_counter()
     done = subprocess.run(command, env=run_env, cwd=suite.parent, capture_output=True, text=True)
@@ -120,7 +128,7 @@ def main() -> None:
                 **os.environ,
                 "PYTEST_AOTI_CACHE_URL": server.url(),
                 "PYTEST_AOTI_CACHE_SECRET": SECRET,
-                "PYTHONPATH": str(REPOSITORY),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
             }
             env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)  # each fresh runner probes as a CI runner would
             print(f"{count} models on {args.device}, redis-server on 127.0.0.1:{server.port}")
