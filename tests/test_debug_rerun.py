@@ -481,10 +481,12 @@ def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
     assert not [path for path in basetemp.rglob("*") if path.is_file()]
 
 
-def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("how", [["--aoti-debug"], []], ids=["--aoti-debug", "marker only"])
+def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pytester, how: list[str]) -> None:
     """Ctrl-C while the debug rerun of a crashed test runs ends the run (status 2, interrupted) with the crash
     reported: a failure in the summary and one named JUnit test case whose verdict says the rerun was interrupted
-    (issue #43 S7). The rerun's child sleeps for an hour: only the Ctrl-C ends it."""
+    (issue #43 S7), whether the crash came from the supervised worker or the marked test's isolated child. The
+    rerun's child sleeps for an hour: only the Ctrl-C ends it."""
     pid_file = pytester.path / "child.pid"
     pytester.makepyfile(
         test_user=f"""
@@ -499,7 +501,7 @@ def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pyte
 
         @pytest.mark.aoti_ima(stages=("kernels",))
         def test_crash(aoti_device):
-            if os.environ.get("PYTEST_AOTI_CHILD"):
+            if os.environ.get("PYTEST_AOTI_CHILD", "isolate") != "isolate":  # a debug stage's child
                 with open({str(pid_file)!r}, "w") as stream:
                     stream.write(str(os.getpid()))
                 time.sleep(3600)
@@ -512,7 +514,7 @@ def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pyte
     command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly"]
     with (pytester.path / "session.log").open("wb") as output:
         session = pytester.popen(
-            [*command, "--aoti-debug", "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"],
+            [*command, *how, "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"],
             stdin=pytester.CLOSE_STDIN,
             stdout=output,
             stderr=subprocess.STDOUT,

@@ -36,6 +36,7 @@ from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
 interrupted_key = pytest.StashKey[bool]()
+verdict_properties_key = pytest.StashKey[list[tuple[str, object]]]()  # a test's, for its teardown report
 HOOK_ERROR_TITLE = "aoti verdict hook error"
 # workerinput key: this worker is the one pytest-aoti made of the session (the crash guard), see XdistController.
 SUPERVISED_WORKER = "aoti_supervised"
@@ -139,6 +140,7 @@ class ParentSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
+        self.interrupted_at: pytest.TestReport | None = None
         if getattr(config, "workerinput", {}).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
             # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
             # stepwise plugin reads the option when it configures itself, after this).
@@ -160,7 +162,7 @@ class ParentSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         reason = self._isolate_reason(item)
         if reason is None:
-            return self._run_in_process_with_debug(item, nextitem)
+            return None  # pytest's own protocol; a failure's debug rerun hangs on its report (makereport below)
         resolved = item_settings(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         capture = self.config.getoption("capture", "fd") != "no"
@@ -201,62 +203,13 @@ class ParentSession:
         raise_if_interrupted(self.config)
         return True
 
-    def _run_in_process_with_debug(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-        """A test that wants a debug rerun, run here phase by phase as pytest's ``runtestprotocol`` does (and
-        pytest-rerunfailures, which reruns from this hook too): each report is logged as its phase ends (an xdist
-        controller learns from the setup report that the test wants a rerun, should the worker crash), a failed
-        setup or call after its debug rerun, with the verdict on it. Any other test: pytest's own protocol."""
-        request = item_settings(item).debug
-        if request is None:
-            return None
-        from _pytest.runner import call_and_report, show_test_item
-
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        properties: list[tuple[str, object]] = []
-
-        def phase(when: str, **kwargs: Any) -> pytest.TestReport:
-            nonlocal properties
-            report = call_and_report(item, when, log=False, **kwargs)  # type: ignore[arg-type]
-            if report.failed and when in ("setup", "call"):
-                record = record_of(report)
-                properties = attach_debug(
-                    self.config,
-                    report,
-                    request,
-                    test_path=item.path,
-                    failure=record.failure_kind,
-                    reached_aoti=record.reached_aoti,
-                )
-            if when == "teardown":  # junitxml reads the properties from the teardown report
-                report.user_properties = [*report.user_properties, *properties]
-            item.ihook.pytest_runtest_logreport(report=report)
-            raise_if_interrupted(self.config)
-            return report
-
-        has_request = hasattr(item, "_request")
-        if has_request and not item._request:  # type: ignore[attr-defined]
-            item._initrequest()  # type: ignore[attr-defined]
-        try:
-            if phase("setup").passed:
-                setup_only = self.config.getoption("setuponly", False)
-                if self.config.getoption("setupshow", False):
-                    show_test_item(item, add_space=not setup_only)
-                if not setup_only:
-                    phase("call")
-            if item.session.shouldfail or item.session.shouldstop:
-                nextitem = None  # tear everything down, as runtestprotocol does
-            phase("teardown", nextitem=nextitem)
-        finally:
-            if has_request:
-                item._request = False  # type: ignore[attr-defined]
-                item.funcargs = None  # type: ignore[attr-defined]
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Each report of a test run here gets its record; a failed setup or call that wants a debug rerun gets its
+        verdict before pytest logs the report (as pytest-rerunfailures works from pytest's own reports), and the
+        verdict's JUnit properties go on the teardown report too, which junitxml reads them from."""
         report = yield
         stamp_test_report(item, report, call.excinfo)
         request = item_settings(item).debug
@@ -265,7 +218,26 @@ class ParentSession:
             stamp(report, debug_request=request)
         if report.failed and report.when in ("setup", "call"):
             self._check_cuda_context(item, report)
+            if request is not None:
+                record = record_of(report)
+                item.stash[verdict_properties_key] = attach_debug(
+                    self.config,
+                    report,
+                    request,
+                    test_path=item.path,
+                    failure=record.failure_kind,
+                    reached_aoti=record.reached_aoti,
+                )
+                if self.config.stash.get(interrupted_key, False):
+                    self.interrupted_at = report
+        if report.when == "teardown":
+            report.user_properties = [*report.user_properties, *item.stash.get(verdict_properties_key, [])]
         return report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report is self.interrupted_at:  # logged: Ctrl-C came during its debug rerun, now it ends the run
+            raise KeyboardInterrupt
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
