@@ -103,13 +103,10 @@ def _seconds_per_call(call: Callable[[], Any], number: int, synchronize: Callabl
     return (time.perf_counter() - start) / number
 
 
-def interleaved(
-    calls: list[Callable[[], Any]], device: torch.device, min_run_time: float
-) -> tuple[list[list[float]], float]:
+def interleaved(calls: list[Callable[[], Any]], device: torch.device, min_run_time: float) -> list[list[float]]:
     """Seconds per call of each of ``calls``, one figure per block, in rounds that time one block of each in turn:
     at least ``MIN_BLOCKS`` rounds, more until each call had ``min_run_time`` seconds, and none past
-    ``OVERRUN_FACTOR`` times that or ``OVERRUN_SECONDS`` (then fewer rounds, which the judge refuses). Also the run's
-    wall time."""
+    ``OVERRUN_FACTOR`` times that or ``OVERRUN_SECONDS`` (then fewer rounds, which the judge refuses)."""
     synchronize = _synchronizer(device)
     with torch.no_grad():
         for call in calls:
@@ -129,7 +126,7 @@ def interleaved(
                 break
             for call, number, figures in zip(calls, numbers, blocks, strict=True):
                 figures.append(_seconds_per_call(call, number, synchronize))
-    return blocks, time.perf_counter() - start
+    return blocks
 
 
 def measure(
@@ -156,7 +153,7 @@ def measure(
     load_seconds = time.perf_counter() - start
     load_memory = (torch.cuda.max_memory_allocated(device) - before) if cuda else max(_rss_bytes() - before, 0)
     run_memory = _run_memory(runner, run, device) if cuda else None
-    (package_times, eager_times, calibration_times), _ = interleaved(
+    package_times, eager_times, calibration_times = interleaved(
         [lambda: run(runner), eager, calibration_workload(device)], device, min_run_time
     )
     return Figures(
