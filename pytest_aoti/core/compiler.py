@@ -517,7 +517,7 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec), ranges=declared_ranges(call, spec)),
+        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec), ranges=declared_ranges(call, spec, exported)),
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         allow_out_of_range=allow_out_of_range,

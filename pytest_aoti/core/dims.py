@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -14,6 +15,7 @@ from pytest_aoti.core.invariants import ProgramSpec, TensorSpec
 from pytest_aoti.core.torch_private import (
     combine_args,
     dim_hint_name,
+    export_size_guards,
     is_derived_dim,
     is_static_hint,
     tree_map_with_path,
@@ -75,24 +77,67 @@ def dim_names(call: ExportCall, spec: ProgramSpec) -> dict[Any, str]:
     return names
 
 
-def declared_ranges(call: ExportCall, spec: ProgramSpec) -> dict[Any, tuple[int, int | None]]:
+def declared_ranges(call: ExportCall, spec: ProgramSpec, program: Any) -> dict[Any, tuple[int, int | None]]:
     """``spec.ranges``, with each root that only derived dims use (``x`` is ``2 * half`` and no input is ``half``)
-    starting at the user's ``min`` where export started it at 2. Export creates such a root as a size and assumes
-    it is never 0 or 1; yet the root is no tensor's size, and a ``half`` of 1 is an ``x`` of 2, which the package
-    computes. A root that an input's dim holds alone keeps export's range: there export honours the user's ``min``
-    itself, and 0 or 1 would be a size."""
+    starting at the ``min`` the user declared (down to 1) where export started it at 2. Export creates such a root
+    as a size and assumes it is never 0 or 1; yet the root is no tensor's size, and a ``half`` of 1 is an ``x`` of
+    2, which the package computes. The root is widened only where that is all there is to it: every input it sizes
+    stays at 2 or more, and every guard export recorded on the input sizes, but for its 0/1 assumptions about
+    intermediate sizes, holds at the new value (:func:`_guards_hold`). A root that an input's dim holds alone keeps
+    export's range: there export honours the user's ``min`` itself, and 0 or 1 would be a size."""
     ranges = dict(spec.ranges)
     alone = {dim for entry in spec.inputs if isinstance(entry, TensorSpec) for dim in entry.shape}
+    sized_by: dict[Any, list[Any]] = {}
+    declared: dict[Any, int] = {}
     for tensor_spec, axis, dim, _ in call.requested_dims(spec):
         symbols: set[Any] = getattr(tensor_spec.shape[axis], "free_symbols", set())
-        if not is_derived_dim(dim) or len(symbols) != 1:
-            continue
-        (root,) = symbols
-        declared = getattr(getattr(dim, "root", None), "min", None)
+        minimum = getattr(getattr(dim, "root", None), "min", None)
+        if is_derived_dim(dim) and len(symbols) == 1 and isinstance(minimum, int):
+            (root,) = symbols
+            sized_by.setdefault(root, []).append(tensor_spec.shape[axis])
+            declared[root] = max(minimum, 1)
+    for root, sizes in sized_by.items():
         low, high = ranges.get(root, (0, None))
-        if root not in alone and low == 2 and isinstance(declared, int) and 0 <= declared < low:
-            ranges[root] = (declared, high)
+        values = range(declared[root], low)
+        if root in alone or low != 2 or not values:
+            continue
+        sizes_stay = all(int(size.subs(root, value)) >= 2 for size in sizes for value in values)
+        if sizes_stay and _guards_hold(program, root, values):
+            ranges[root] = (declared[root], high)
     return ranges
+
+
+# A guard of one of these forms says an intermediate size is not 0 or 1 (``n >= 2``, ``2 <= n``, ``n > 1``, ``1 < n``):
+# what export assumes of every size, not what the model needs.
+_ZERO_ONE_FORMS = {
+    sympy.GreaterThan: ("rhs", 2),
+    sympy.LessThan: ("lhs", 2),
+    sympy.StrictGreaterThan: ("rhs", 1),
+    sympy.StrictLessThan: ("lhs", 1),
+}
+
+
+def _zero_one_assumption(guard: Any) -> bool:
+    if isinstance(guard, sympy.Ne):  # n != 1, n != 0
+        return bool(guard.rhs in (0, 1) or guard.lhs in (0, 1))
+    form = _ZERO_ONE_FORMS.get(type(guard))
+    return form is not None and bool(getattr(guard, form[0]) == form[1])
+
+
+def _guards_hold(program: Any, root: Any, values: range) -> bool:
+    """Whether every guard export recorded on the input sizes that involves ``root``, but for its 0/1 assumptions,
+    holds at each of ``values``: a model that needs the root at 2 or more (``x[:4]`` of an ``x`` of ``2 * half``)
+    records that need as a guard. A guard that cannot be decided (it involves another dim too) keeps export's range,
+    as does a program without its guards."""
+    guards = export_size_guards(program)
+    if guards is None:
+        return False
+    for recorded, replaced in guards:
+        if _zero_one_assumption(recorded) or root not in getattr(replaced, "free_symbols", set()):
+            continue
+        if any(replaced.subs(root, value) is not sympy.true for value in values):
+            return False
+    return True
 
 
 def _dim_label(dim: Any) -> str:

@@ -489,11 +489,21 @@ def _check_shapes(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sy
 
 
 def _zero_one_hint(spec: ProgramSpec, expr: sympy.Expr, value: int, low: int) -> str:
-    """Why a dynamic dim the user did not name (``Dim.AUTO``, ``Dim.DYNAMIC``) refuses 0 or 1: export starts it at
-    2, since it specializes a size of 0 or 1; a batch of one is the common victim. A named ``Dim`` starts where the
+    """Why a dynamic dim refuses 0 or 1 where export started it at 2: a dim the user did not name (``Dim.AUTO``,
+    ``Dim.DYNAMIC``), since export specializes a size of 0 or 1 (a batch of one is the common victim); or a named
+    root that only derived dims use, which export starts at 2 whatever its ``min`` (and which the checks start at the
+    user's only where export's guards show the package computes it). A named ``Dim`` of an input starts where the
     user said."""
-    if not isinstance(expr, sympy.Symbol) or expr in spec.dim_names or value not in (0, 1) or low != 2:
+    if not isinstance(expr, sympy.Symbol) or value not in (0, 1) or low != 2:
         return ""
+    if expr in spec.dim_names:
+        if any(expr in entry.shape for entry in spec.inputs if isinstance(entry, TensorSpec)):
+            return ""
+        return (
+            f" (export starts {spec.named(expr)}, which only derived dims use, at 2 whatever its min, and the guards "
+            f"it recorded do not show that {value} is safe for this model: to accept it, give each input dim derived "
+            "from it a Dim of its own)"
+        )
     return (
         f" (export assumes a dynamic dim is never 0 or 1 unless told: to accept {value}, export with "
         f"Dim('name', min={value}) for this dim)"

@@ -28,6 +28,7 @@ __all__ = [
     "custom_op_definition",
     "default_tolerances",
     "dim_hint_name",
+    "export_size_guards",
     "fx_minifier",
     "import_what_compiles_import",
     "inductor_config_defaults",
@@ -174,6 +175,18 @@ def dim_hint_name(dim: Any) -> str | None:
     from torch.export.dynamic_shapes import _DimHint
 
     return str(dim.type.name) if isinstance(dim, _DimHint) else None
+
+
+def export_size_guards(program: Any) -> list[tuple[Any, Any]] | None:
+    """The guards export recorded on the input sizes, each as recorded and with export's own replacements applied
+    (``s77`` -> ``2*s44`` for an input declared ``2 * half``); None for a program without its shape environment
+    (one loaded from disk)."""
+    for node in program.graph.nodes:
+        fake_mode = getattr(node.meta.get("val"), "fake_mode", None) if node.op == "placeholder" else None
+        shape_env = getattr(fake_mode, "shape_env", None)
+        if shape_env is not None:
+            return [(guard.expr, shape_env.replace(guard.expr)) for guard in shape_env.guards]
+    return None
 
 
 def is_static_hint(dim: Any) -> bool:

@@ -32,7 +32,7 @@ def _spec(model: torch.nn.Module, args: tuple[torch.Tensor, ...], shapes: object
     spec = program_spec(program)
     call = ExportCall(model, args, {}, shapes)
     named = program_spec(program, dim_names(call, spec))
-    return ProgramSpec(named.inputs, named.outputs, declared_ranges(call, spec), named.dim_names), program
+    return ProgramSpec(named.inputs, named.outputs, declared_ranges(call, spec, program), named.dim_names), program
 
 
 def _check(spec: ProgramSpec, program: object, *args: torch.Tensor) -> None:
@@ -82,3 +82,35 @@ def test_several_dims_derived_from_one_root() -> None:
     _check(spec, program, torch.zeros(2), torch.zeros(2), torch.zeros(3))
     with pytest.raises(AOTIInvariantError, match=r"input 1 \('y'\).*dim 0 is half \+ 1 = 2"):
         _check(spec, program, torch.zeros(2), torch.zeros(3), torch.zeros(3))
+
+
+class NeedsFour(torch.nn.Module):
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return x[:4] + z
+
+
+def test_a_root_the_model_needs_at_two_keeps_exports_range() -> None:
+    """``x[:4] + z`` needs ``x`` of 4 or more: export records that as a guard and starts ``half`` at 2, the same 2
+    as its 0/1 assumption. The guard keeps export's range: an ``x`` of 2 would be read past its end."""
+    half = Dim("half", min=1, max=64)
+    spec, program = _spec(NeedsFour(), (torch.randn(8), torch.randn(4)), ({0: 2 * half}, None))
+    assert sorted(spec.ranges.values()) == [(2, 64), (2, 128)]
+    with pytest.raises(
+        AOTIInvariantError,
+        match=r"half=1 outside \[2, 64\] \(export starts half, which only derived dims use, at 2 whatever its min, and "
+        r"the guards it recorded do not show that 1 is safe for this model: to accept it, give each input dim derived "
+        r"from it a Dim of its own\)",
+    ):
+        _check(spec, program, torch.zeros(2), torch.zeros(4))
+
+
+def test_a_root_that_would_make_an_input_of_one_keeps_exports_range() -> None:
+    """``y`` is ``half - 1``: at ``half=1`` it would be an input of 0, a size export assumed away."""
+    half = Dim("half", min=1, max=64)
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x[1:] * y.sum()
+
+    spec, _ = _spec(Pairs(), (torch.randn(8), torch.randn(7)), ({0: 2 * half}, {0: 2 * half - 1}))
+    assert (1, 64) not in spec.ranges.values()
