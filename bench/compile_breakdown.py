@@ -80,16 +80,26 @@ def _time_step(totals: dict[str, float], step: str, target: str) -> None:
         setattr(owner, name, timed)
 
 
+def _command_name(command: Any) -> str:
+    """A command by its program (compilers, linkers, objcopy); a Python by what it runs (``-c`` code, ``-m`` module
+    or script), so that the Pythons a compile starts can be told apart."""
+    parts = command.split() if isinstance(command, str) else [str(part) for part in command]
+    program = os.path.basename(parts[0]) if parts else "?"
+    if program.startswith("python") and len(parts) > 1:
+        runs = parts[2] if parts[1] in ("-c", "-m") and len(parts) > 2 else os.path.basename(parts[1])
+        program += f" {parts[1] if parts[1] in ('-c', '-m') else ''} {' '.join(runs.split())[:70]!r}"
+    return program
+
+
 def _time_commands(totals: dict[str, float]) -> None:
-    """The seconds of each external command the compile runs (by program name): compilers, linkers, objcopy."""
+    """The seconds of each external command the compile runs (:func:`_command_name`)."""
     import subprocess
 
     for name in ("run", "check_call", "check_output"):
         original = getattr(subprocess, name)
 
         def timed(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
-            command = args[0] if args else kwargs.get("args", "?")
-            program = os.path.basename(command.split()[0] if isinstance(command, str) else str(command[0]))
+            program = _command_name(args[0] if args else kwargs.get("args", "?"))
             started = time.perf_counter()
             try:
                 return __original(*args, **kwargs)
