@@ -100,7 +100,7 @@ class BenchmarkTimes:
     name: str
     now: tuple[float, ...]
     baseline_runs: tuple[tuple[float, ...], ...]
-    run_labels: tuple[str, ...]  # one per baseline run (a date, a commit): the trend's x axis
+    run_labels: tuple[str, ...]  # one per baseline run (``run 1``, ...): the x axis of the trend
     verdict: str  # the comparison's text
 
 

@@ -224,3 +224,14 @@ def test_a_gpu_nan_gives_the_timeline_with_the_first_nonfinite_kernel(tmp_path: 
     assert timeline.marked == "triton_poi_fused_add_log_mul_0" and timeline.kernels == (timeline.marked,)
     assert [s.arg for s in timeline.inputs] == ["arg0_1"]
     assert render.draw(timeline).png is not None
+
+
+def test_a_long_timeline_shows_the_launches_around_the_first_nonfinite_kernel() -> None:
+    kernels = tuple(f"cpp_fused_{number}" for number in range(100))
+    record = KernelTimeline("nonfinite", kernels, 100, "cpp_fused_70", "cpp_fused_99", (), "")
+    start, shown = render._window(record)
+    assert kernels[start : start + len(shown)] == tuple(shown)
+    assert len(shown) == render.TIMELINE_WINDOW and "cpp_fused_70" in shown and shown[-1] != "cpp_fused_70"
+    crash = KernelTimeline("crash", kernels, 99, "cpp_fused_99", "cpp_fused_98", (), "")
+    assert render._window(crash)[1][-1] == "cpp_fused_99"
+    assert render.draw(record).png is not None
