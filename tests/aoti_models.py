@@ -78,3 +78,19 @@ def _planted_double_fake(x: torch.Tensor) -> torch.Tensor:
 class PlantedBug(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return planted_double(x)
+
+
+class CallCounter(torch.nn.Module):
+    """Reads a Python call counter in forward: export bakes in its value at trace time while eager reads it afresh,
+    so the second call parts from eager in the middle kernel (linear -> pointwise with the counter -> linear)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(8, 16)
+        self.second = torch.nn.Linear(16, 4)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        h = torch.relu(self.first(x)) * self.calls + 0.5
+        return torch.softmax(self.second(h), dim=-1)
