@@ -174,3 +174,24 @@ def test_the_isa_probe_is_paid_once_per_machine(
     run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
     assert json.loads(seen.read_text()) == {"env": "0", "config": False}
     assert "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ or os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "0"
+
+
+def test_a_verdict_goes_only_into_a_marked_cache_and_is_cleared_with_it(tmp_path: Path) -> None:
+    """In-process: this process has imported torch and probed (a compile, or the probe itself)."""
+    pytest.importorskip("torch")
+    import torch._inductor.cpu_vec_isa
+
+    from pytest_aoti.core.cache import PackageCache, clear_cache_dir, isa_probe_recorded, record_isa_probe
+    from pytest_aoti.core.torch_private import vector_isa_probe_passed
+
+    torch._inductor.cpu_vec_isa.valid_vec_isa_list()
+    if not vector_isa_probe_passed():
+        pytest.skip("not every vector ISA this CPU advertises passed Inductor's probe: nothing to record")
+    unmarked = tmp_path / "not-a-cache"
+    unmarked.mkdir()
+    assert not record_isa_probe(unmarked) and not list(unmarked.iterdir())
+    assert PackageCache.open(tmp_path / "cache", max_bytes=1 << 30) is not None
+    assert not isa_probe_recorded(tmp_path / "cache")
+    assert record_isa_probe(tmp_path / "cache") and isa_probe_recorded(tmp_path / "cache")
+    clear_cache_dir(tmp_path / "cache")
+    assert not isa_probe_recorded(tmp_path / "cache")
