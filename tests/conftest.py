@@ -213,6 +213,9 @@ SECONDS = {
     "test_two_processes_compile_once": 25,
     "test_a_crash_fails_only_its_test[marker only]": 17,
     "test_what_users_combine_with_the_crash_guard": 17,
+    "test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry": 100,
+    "test_the_isa_probe_is_paid_once_per_machine": 90,
+    "test_the_step_summary_lists_failures_goldens_and_benchmarks": 30,
     "test_example_suites_pass": 12,
     "test_judge_server_forks_times_out_and_takes_its_judges_with_it": 10,
 }
