@@ -144,10 +144,21 @@ def test_tampered_truncated_and_wrongly_signed_entries_are_refused(
     assert isinstance(store(shared_server.url(), secret=None).fetch(unsigned, target), Fetched)
 
 
-def test_a_missing_chunk_is_refused(shared_server: RedisServer, package: Path, tmp_path: Path) -> None:
+def test_a_missing_chunk_and_an_oversized_entry_are_refused(
+    shared_server: RedisServer, package: Path, tmp_path: Path
+) -> None:
     key = "21" * 32
     assert store(shared_server.url()).upload(key, package, compile_seconds=1.0)
+    size = package.stat().st_size
+    assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2", max_bytes=size - 1) == Refused(
+        f"larger than the local cache's cap ({size} bytes)"
+    )
     entry = manifest(shared_server, key)
+    shared_server.admin().set(manifest_key(key), json.dumps({**entry, "size": 10}))  # a forged, smaller size
+    assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(
+        "larger than its manifest says (10 bytes)"
+    )
+    shared_server.admin().set(manifest_key(key), json.dumps(entry))
     shared_server.admin().delete(f"{manifest_key(key)}:{entry['upload']}:3")
     assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(f"missing chunk 4 of {entry['chunks']}")
 

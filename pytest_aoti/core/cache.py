@@ -458,7 +458,7 @@ class PackageCache:
         def fetch(tmp: str) -> None:
             nonlocal result
             assert self.remote is not None
-            result = self.remote.fetch(key, Path(tmp))
+            result = self.remote.fetch(key, Path(tmp), max_bytes=self.max_bytes)
             if result is None or isinstance(result, Refused):
                 raise _NotFetched
 

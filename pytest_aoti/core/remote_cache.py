@@ -163,16 +163,18 @@ class RemoteStore:
             stacklevel=4,
         )
 
-    def fetch(self, key: str, target: Path) -> Fetched | Refused | None:
+    def fetch(self, key: str, target: Path, max_bytes: int | None = None) -> Fetched | Refused | None:
         """The entry for ``key`` written to ``target`` when it passes every check; :class:`Refused` (and ``target``
-        emptied) when it fails one; None when there is none or the server cannot be used."""
+        emptied) when it fails one, or is larger than ``max_bytes`` (the local cache's cap: a manifest is checked only
+        with its bytes, so a forged one must not fill the disk first); None when there is none or the server cannot
+        be used."""
         if self.problem is not None:
             return None
         try:
             raw = self._client.get(manifest_key(key))
             if raw is None:
                 return None
-            result = self._fetch_chunks(key, raw, target)
+            result = self._fetch_chunks(key, raw, target, max_bytes)
         except self._errors as error:
             self._give_up(error)
             target.write_bytes(b"")
@@ -181,7 +183,7 @@ class RemoteStore:
             target.write_bytes(b"")
         return result
 
-    def _fetch_chunks(self, key: str, raw: Any, target: Path) -> Fetched | Refused:
+    def _fetch_chunks(self, key: str, raw: Any, target: Path, max_bytes: int | None) -> Fetched | Refused:
         try:
             manifest = json.loads(raw)
             size, count, upload = int(manifest["size"]), int(manifest["chunks"]), str(manifest["upload"])
@@ -190,6 +192,8 @@ class RemoteStore:
             return Refused("unreadable manifest")
         if self.settings.secret is not None and not signed:
             return Refused("unsigned")
+        if max_bytes is not None and size > max_bytes:
+            return Refused(f"larger than the local cache's cap ({size} bytes)")
         digest = hashlib.sha256()
         mac = signer(self.settings.secret or b"", key)
         written = 0
@@ -203,6 +207,8 @@ class RemoteStore:
                 mac.update(chunk)
                 stream.write(chunk)
                 written += len(chunk)
+                if written > size:
+                    return Refused(f"larger than its manifest says ({size} bytes)")
         if written != size:
             return Refused(f"truncated ({written} of {size} bytes)")
         if digest.hexdigest() != expected_sha:
