@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core import phases
-from pytest_aoti.core.protocol import Outcome, Stage
+from pytest_aoti.core.protocol import Stage
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug.crash_route import Crash, crash_reports, record_of, stamp, stamp_test_report
 from pytest_aoti.debug.in_order import InOrderScheduling
@@ -181,27 +181,38 @@ class ParentSession:
             self.config.get_terminal_writer().write(run.test_output)
         for record in run.warnings:
             replay_warning(self.config, record)
-        properties: list[tuple[str, object]] = []
-        for report in isolated_reports(item, run, reason):
-            # A crash in teardown too, as when a worker crashes there: the package's release, or a device-side assert
-            # that aborts at the next synchronize, crashes there; the verdict says where the Python stack was.
-            crashed_here = report.failed and report.when == "teardown" and run.outcome is Outcome.CRASHED
-            if report.failed and (report.when in ("setup", "call") or crashed_here) and resolved.debug is not None:
-                properties = attach_debug(
-                    self.config,
-                    report,
-                    resolved.debug,
-                    test_path=item.path,
-                    failure=record_of(report).failure_kind,
-                    isolated_run=run,
-                    reached_aoti=run.phase is not None,
-                )
-            if report.when == "teardown" and not crashed_here:  # a crash there has the properties already
-                report.user_properties = [*report.user_properties, *properties]
-            item.ihook.pytest_runtest_logreport(report=report)
+        self._log_isolated(item, run, reason, resolved.debug)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         raise_if_interrupted(self.config)
         return True
+
+    def _log_isolated(self, item: pytest.Item, run: ChildRun, reason: str, request: DebugRequest | None) -> None:
+        """Log the isolated child's reports, a failed setup or call with its debug verdict. A crash (also in
+        teardown: the package's release, or a device-side assert that aborts at the next synchronize) gets its
+        verdict through the crash route, unless the child had reported a failure that has one already."""
+
+        def attach(report: pytest.TestReport, failure: str | None = None) -> list[tuple[str, object]]:
+            assert request is not None
+            return attach_debug(
+                self.config,
+                report,
+                request,
+                test_path=item.path,
+                failure=failure,
+                isolated_run=run,
+                reached_aoti=run.phase is not None,
+            )
+
+        child_failed = any(report.failed and report.when in ("setup", "call") for report in run.reports)
+        crash_attach = attach if request is not None and not child_failed else None
+        properties: list[tuple[str, object]] = []
+        for report in isolated_reports(item, run, reason, crash_attach):
+            record = record_of(report)
+            if report.failed and report.when in ("setup", "call") and not record.crashed and request is not None:
+                properties = attach(report, record.failure_kind)
+            if report.when == "teardown":
+                report.user_properties = [*report.user_properties, *properties]
+            item.ihook.pytest_runtest_logreport(report=report)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -335,6 +346,7 @@ class XdistController:
         self.supervising = supervising
         self.armed: dict[str, DebugRequest] = {}  # the tests set up on a worker that want a debug rerun
         self.teardowns: dict[str, pytest.TestReport] = {}  # to log after xdist logs the crash report it made
+        self.crash_report: pytest.TestReport | None = None  # the last one
         self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
         self.setup_passed: set[str] = set()
         self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
@@ -387,8 +399,8 @@ class XdistController:
         teardown = self.teardowns.pop(report.nodeid, None)
         if teardown is not None:  # xdist logged the crash report it made: now the teardown crash_reports added
             self.config.hook.pytest_runtest_logreport(report=teardown)
-        if record.crashed:
-            raise_if_interrupted(self.config)  # the crash report is logged: Ctrl-C came during its debug rerun
+        if report is self.crash_report:  # the report xdist made for a crashed worker is logged
+            raise_if_interrupted(self.config)  # Ctrl-C came during its debug rerun
             if self.stop_reason is not None:
                 pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
 
@@ -424,6 +436,7 @@ class XdistController:
             if request is None
             else functools.partial(self._attach_debug, request, _test_path(self.config, crashitem))
         )
+        self.crash_report = report
         _, *teardown = crash_reports(crash, report, attach)
         if teardown:
             self.teardowns[crashitem] = teardown[0]

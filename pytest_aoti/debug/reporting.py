@@ -3,14 +3,14 @@ reports; the cache line. Nothing else formats what pytest-aoti shows."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from pytest_aoti.core.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage, VerdictSummary
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.child import ChildRun
-from pytest_aoti.debug.crash_route import record_of
+from pytest_aoti.debug.crash_route import AttachDebug, Crash, crash_reports, record_of
 from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
 from pytest_aoti.debug.verdict import PublicVerdict
 
@@ -456,9 +456,12 @@ def isolation_failure_text(run: ChildRun) -> str:
     return "\n".join(lines)
 
 
-def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pytest.TestReport]:
-    """The child's reports as the parent logs them: each with a note on why it ran isolated, completed with a
-    failed report for the phase the child never reported (it crashed, timed out or exited early)."""
+def isolated_reports(
+    item: pytest.Item, run: ChildRun, reason: str, attach: AttachDebug | None = None
+) -> list[pytest.TestReport]:
+    """The child's reports as the parent logs them: each with a note on why it ran isolated, completed through
+    :func:`~pytest_aoti.debug.crash_route.crash_reports` (with the debug verdict ``attach`` gives) for the phase the
+    child never reported (it crashed, timed out or exited early)."""
     note = (ISOLATION_TITLE, f"ran in a fresh subprocess: {reason}")
     reports = list(run.reports)
     for report in reports:
@@ -470,33 +473,14 @@ def isolated_reports(item: pytest.Item, run: ChildRun, reason: str) -> list[pyte
     if died_in is None:
         return reports  # the test was fully reported; whatever ended the child came after it
     setup = next((report for report in reports if report.when == "setup"), None)
-    # junitxml reads properties from the teardown report, which the child never sent: the device it set up on.
-    device = record_of(setup).device if setup is not None else None
-    properties: list[tuple[str, object]] = [("aoti_device", device)] if device is not None else []
-    reports.append(_synthetic_report(item, died_in, "failed", isolation_failure_text(run), note, properties))
-    if died_in != "teardown":
-        reports.append(_synthetic_report(item, "teardown", "passed", None, note, properties))
-    return reports
-
-
-def _synthetic_report(
-    item: pytest.Item,
-    when: str,
-    outcome: str,
-    longrepr: str | None,
-    note: tuple[str, str],
-    properties: list[tuple[str, object]],
-) -> pytest.TestReport:
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords={name: 1 for name in item.keywords},
-        outcome=outcome,  # type: ignore[arg-type]
-        longrepr=longrepr,
-        when=when,  # type: ignore[arg-type]
-        sections=[note],
-        user_properties=[*item.user_properties, *(properties if when == "teardown" else [])],
-    )
+    # The device it set up on: junitxml reads it from the teardown report, which the child never sent.
+    crash = Crash(died_in, isolation_failure_text(run), record_of(setup).device if setup is not None else None)
+    keywords: dict[str, Literal[1]] = {name: 1 for name in item.keywords}
+    failed = pytest.TestReport(item.nodeid, item.location, keywords, "failed", None, "call", sections=[note])
+    completed = crash_reports(crash, failed, attach)
+    for report in completed[1:]:
+        report.sections.append(note)
+    return [*reports, *completed]
 
 
 def cache_summary(stats: list[dict[str, Any]]) -> str:
