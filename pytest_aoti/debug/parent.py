@@ -30,7 +30,7 @@ from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render,
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.debug.verdict import PublicVerdict
-from pytest_aoti.debug.xdist_compat import count_crash_failure, worker_exit
+from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 
 poisoned_by_key = pytest.StashKey[str]()
@@ -364,7 +364,7 @@ class XdistController:
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> InOrderScheduling | None:
-        return InOrderScheduling(self._session_stops) if self.supervising else None
+        return InOrderScheduling(self._session_stops) if self.supervising and scheduler_protocol_known() else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:

@@ -7,6 +7,9 @@ the run still works, with a less specific crash message or a crash that ``-x`` d
   pytest-aoti supervises stops through its own scheduler (:mod:`pytest_aoti.debug.in_order`).
 - ``WorkerController.gateway._io.popen``: how a crashed worker ended (its signal or exit status), which xdist's
   crash report does not say.
+- The scheduler protocol (``xdist.scheduler.protocol.Scheduling``, and ``send_runtest_some``/``shutdown`` on the
+  worker nodes a scheduler is given): the documented ``pytest_xdist_make_scheduler`` hook takes one, but the
+  protocol itself is xdist's own; outside the versions read, xdist's load scheduler runs the supervised session.
 """
 
 from __future__ import annotations
@@ -56,3 +59,8 @@ def worker_exit(node: Any) -> str:
     if returncode < 0:
         return f"crashed with {signal_name(-returncode)}"
     return f"exited with code {returncode}"
+
+
+def scheduler_protocol_known() -> bool:
+    """Whether :class:`pytest_aoti.debug.in_order.InOrderScheduling` speaks this xdist's scheduler protocol."""
+    return _major("pytest-xdist") == _XDIST_MAJOR

@@ -172,3 +172,21 @@ def test_the_record_survives_pytests_serialization(config: pytest.Config) -> Non
     # A report from another plugin version, or with garbage in the attribute, carries an empty record.
     report.aoti = {"verdict": {"no": "headline"}}  # type: ignore[attr-defined]
     assert record_of(report) == ReportRecord()
+
+
+def test_how_a_worker_ended_is_read_off_its_process() -> None:
+    """``xdist_compat.worker_exit`` reads execnet's popen gateway: a real process killed by SIGSEGV, one that exited
+    with 3, and a node without a process."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from pytest_aoti.debug.xdist_compat import worker_exit
+
+    def node_of(code: str) -> SimpleNamespace:
+        popen = subprocess.Popen([sys.executable, "-c", code])
+        return SimpleNamespace(gateway=SimpleNamespace(_io=SimpleNamespace(popen=popen)))
+
+    assert worker_exit(node_of("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")) == "crashed with SIGSEGV"
+    assert worker_exit(node_of("raise SystemExit(3)")) == "exited with code 3"
+    assert worker_exit(FakeNode()) == "crashed"
