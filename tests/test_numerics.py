@@ -66,6 +66,22 @@ def test_exact(aoti_check):
     aoti_check(Counter(), (torch.randn(3, 8),), rtol=0.0, atol=0.0)
 
 
+class CondSoftmax(torch.nn.Module):
+    # A branch on the data: the kernels inside torch.cond's branches are not compared one by one.
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return torch.cond(h.sum() > 0, lambda t: torch.softmax(t, -1), lambda t: torch.softmax(-t, -1), (h,))
+
+
+def test_exact_cond(aoti_check):
+    # The softmax inside the branch rounds differently in the package: past an exact tolerance, within noise.
+    aoti_check(CondSoftmax(), (torch.randn(3, 8),), rtol=0.0, atol=0.0)
+
+
 @pytest.mark.aoti_ima(stages=("numerics",))
 def test_not_a_mismatch(aoti_check):
     aoti_check(Counter(), (torch.randn(3, 8),))
@@ -86,7 +102,7 @@ def _section(text: str, test: str) -> str:
 def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(test_numerics_user=NUMERICS_TESTS)
     result = run_pytest("--aoti-debug", "--junitxml=report.xml", "-rf")
-    result.assert_outcomes(failed=4, passed=1)
+    result.assert_outcomes(failed=5, passed=1)
     text = result.stdout.str()
 
     counter = _section(text, "test_counter")
@@ -108,6 +124,15 @@ def test_numerics_names_the_first_divergent_kernel(pytester: pytest.Pytester, ru
     exact = _section(text, "test_exact")
     assert "no kernel diverged from eager beyond rounding noise" in exact
     assert "the test's tolerance (rtol=0, atol=0) is tighter than the arithmetic allows" in exact
+
+    # No kernel of torch.cond's branches is compared, so none is past the tolerance; the outputs are, by rounding.
+    exact_cond = _section(text, "test_exact_cond")
+    assert "numerics: higher-order ops (cond): their outputs are compared" in exact_cond
+    assert (
+        "the outputs differ from eager's by rounding noise only: the test's tolerance (rtol=0, atol=0) is tighter "
+        "than the arithmetic allows"
+    ) in exact_cond
+    assert "the mismatch is in the comparison itself" not in exact_cond
 
     other = _section(text, "test_not_a_mismatch")
     assert "stage numerics not run: it explains a package-vs-eager mismatch" in other
