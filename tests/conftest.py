@@ -202,6 +202,7 @@ SECONDS = {
     "test_a_nan_debug_run_names_its_kernel_and_minifies": 80,
     "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase": 80,
     "test_invariants_on_real_compiles": 80,
+    "test_suite_style_models": 70,
     "test_standalone_and_threads": 70,
     "test_a_crash_fails_only_its_test[--aoti-debug]": 60,
     "test_goldens_record_match_catch_drift_and_update": 60,
