@@ -2,7 +2,9 @@
 
 It runs isolated tests in children, debug-reruns failures, keeps later CUDA tests away from a poisoned context, and
 writes the ``aoti`` terminal summary from the reports pytest keeps. The xdist controller's part (tests that crash
-their worker) lives in :class:`XdistController`, registered only where pytest-xdist is.
+their worker) lives in :class:`XdistController`, registered only where pytest-xdist is. What a report says of its
+test, and how a crash becomes reports, is :mod:`pytest_aoti.debug.crash_route`'s; the xdist internals used are
+named in :mod:`pytest_aoti.debug.xdist_compat`.
 """
 
 from __future__ import annotations
