@@ -156,6 +156,14 @@ def run_pytest(
     return run
 
 
+def failure_section(result: pytest.RunResult, test: str) -> str:
+    """The failure section of one user test in a pytest run's output."""
+    text = result.stdout.str()
+    start = text.index(f"_ {test} _")
+    end = text.find("\n____", start + 1)
+    return text[start:] if end == -1 else text[start:end]
+
+
 def junit_cases(path: Path) -> dict[str, dict[str, object]]:
     """Each ``<testcase>`` of a JUnit file by name: its outcome tags and properties. Asserts every name occurs once."""
     cases: dict[str, dict[str, object]] = {}

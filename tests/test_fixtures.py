@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, left_behind
+from tests.conftest import RunPytest, failure_section, left_behind
 
 USER_TESTS = r"""
 import os
@@ -291,14 +291,6 @@ def test_index_outside_the_table_let_through(aoti_compile):
 """
 
 
-def _failure(result: pytest.RunResult, test: str) -> str:
-    """The failure section of one user test in the run's output."""
-    text = result.stdout.str()
-    start = text.index(f"_ {test} _")
-    end = text.find("\n____", start + 1)
-    return text[start:] if end == -1 else text[start:end]
-
-
 def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     result = run_pytest("-p", "no:logging", "-rA")
@@ -311,36 +303,40 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
         assert f"PASSED test_user.py::test_unbounded_dim[{form}]" in result.stdout.str()
     # An in-place model: each side ran on its own copy, and what it left in its input matched too.
     assert "PASSED test_user.py::test_in_place_model_is_checked_not_blamed" in result.stdout.str()
-    assert "allow_nonfinite: expected True or False, got str 'false'" in _failure(result, "test_string_flag_refused")
-    assert "restride_inputs: expected True or False, got str 'no'" in _failure(
+    assert "allow_nonfinite: expected True or False, got str 'false'" in failure_section(
+        result, "test_string_flag_refused"
+    )
+    assert "restride_inputs: expected True or False, got str 'no'" in failure_section(
         result, "test_string_flag_refused_at_compile"
     )
-    assert "more_inputs: expected a list of input sets" in _failure(result, "test_more_inputs_not_a_list")
+    assert "more_inputs: expected a list of input sets" in failure_section(result, "test_more_inputs_not_a_list")
     # An id outside the embedding's table, through a cast: refused before the package, naming the table and line.
     assert (
         "input 0 ('ids'): index invariant violated: expected row indices in [0, 10), got 1 value(s) of 3 outside "
         "(min 1, max 12); first at index (0, 1): 12; it indexes the 10 rows read by aten.embedding of table.weight "
         "at test_user.py:"
-    ) in _failure(result, "test_index_outside_the_table")
-    assert "in forward: return self.table(ids.long()) * 2. Eager raises IndexError here" in _failure(
+    ) in failure_section(result, "test_index_outside_the_table")
+    assert "in forward: return self.table(ids.long()) * 2. Eager raises IndexError here" in failure_section(
         result, "test_index_outside_the_table"
     )
     assert "PASSED test_user.py::test_index_outside_the_table_let_through" in result.stdout.str()
-    assert "rtol: expected a finite number >= 0, got str 'a'" in _failure(result, "test_bad_tolerance")
-    assert "more_inputs[1]: input 0 ('x'): shape invariant violated" in _failure(
+    assert "rtol: expected a finite number >= 0, got str 'a'" in failure_section(result, "test_bad_tolerance")
+    assert "more_inputs[1]: input 0 ('x'): shape invariant violated" in failure_section(
         result, "test_bad_shape_in_more_inputs"
     )
 
-    wrong_shape = _failure(result, "test_wrong_shape")
+    wrong_shape = failure_section(result, "test_wrong_shape")
     assert "input 0 ('x'): shape invariant violated: expected (4, 8), got (5, 8)" in wrong_shape
     assert "the compiled package was not run" in wrong_shape
 
-    assert "input 0 ('x'): dtype invariant violated: expected torch.float32, got torch.float64" in _failure(
+    assert "input 0 ('x'): dtype invariant violated: expected torch.float32, got torch.float64" in failure_section(
         result, "test_wrong_dtype"
     )
-    assert "input 0 ('x'): device invariant violated: expected cpu, got meta" in _failure(result, "test_wrong_device")
+    assert "input 0 ('x'): device invariant violated: expected cpu, got meta" in failure_section(
+        result, "test_wrong_device"
+    )
 
-    dropout = _failure(result, "test_dropout_in_training_mode")
+    dropout = failure_section(result, "test_dropout_in_training_mode")
     assert "The exported graph draws random numbers: aten::dropout (drop)" in dropout
     assert "cannot tell a wrong kernel from different draws" in dropout
     assert "The model is in training mode: call model.eval() before aoti_check" in dropout
@@ -350,13 +346,13 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     assert "UserWarning: the model's own warning" in text
     assert "script_method" not in text and "LeafSpec" not in text
 
-    nan = _failure(result, "test_nan_output")
+    nan = failure_section(result, "test_nan_output")
     assert "output 0: nonfinite invariant violated: expected finite values, got 12 NaN value(s) of 12" in nan
     assert "first at index (0, 0)" in nan
 
     # Dynamic dims named as the user named them, not by torch's symbols.
-    assert "dim 0 is batch, batch=17 outside [2, 16]" in _failure(result, "test_dynamic_above_max")
-    derived = _failure(result, "test_dynamic_derived_mismatch")
+    assert "dim 0 is batch, batch=17 outside [2, 16]" in failure_section(result, "test_dynamic_above_max")
+    derived = failure_section(result, "test_dynamic_derived_mismatch")
     assert "input 1 ('y'): shape invariant violated: expected (2*batch, 3), got (9, 3)" in derived
 
     for test, strides in (
@@ -364,39 +360,38 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
         ("test_sliced_input", "got (16, 2)"),
         ("test_expanded_input", "got (0, 1)"),
     ):
-        text = _failure(result, test)
+        text = failure_section(result, test)
         assert f"input 0 ('x'): stride invariant violated: expected (8, 1), {strides}" in text, text
         assert "pass x.contiguous()" in text and "(the compiled package was not run)" in text
     assert "input 0 ('x'): nonfinite invariant violated: expected finite values, got 32 NaN value(s) of 32" in (
-        _failure(result, "test_nan_input")
+        failure_section(result, "test_nan_input")
     )
     assert (
         "input args[1]: structure invariant violated: expected a dict with keys ['a', 'b'], got keys ['a', 'c'] "
-        "(missing ['b'], extra ['c'])" in _failure(result, "test_dict_with_other_keys")
+        "(missing ['b'], extra ['c'])" in failure_section(result, "test_dict_with_other_keys")
     )
     assert "input args[1]: structure invariant violated: expected a dict with keys ['a', 'b'], got tuple" in (
-        _failure(result, "test_same_leaves_other_nest")
+        failure_section(result, "test_same_leaves_other_nest")
     )
-    assert "model: got the class MLP, not an instance: pass MLP(...)" in _failure(
+    assert "model: got the class MLP, not an instance: pass MLP(...)" in failure_section(
         result, "test_class_instead_of_instance"
     )
-    assert "output 1 is a Python int (3), not a tensor: an AOTI package returns tensors only" in _failure(
+    assert "output 1 is a Python int (3), not a tensor: an AOTI package returns tensors only" in failure_section(
         result, "test_python_int_output"
     )
-    assert "inductor_configs['max_autotune']: expected a bool (the default is False), got str 'yes'" in _failure(
+    assert "inductor_configs['max_autotune']: expected a bool (the default is False), got str 'yes'" in failure_section(
         result, "test_bad_inductor_config_value"
     )
 
-    export = _failure(result, "test_export_failure")
+    export = failure_section(result, "test_export_failure")
     first_line = next(line for line in export.splitlines()[1:] if line.strip())
     assert first_line.startswith("export failed: "), first_line
     assert "Traceback (most recent call last)" in export
 
-    assert "inductor_configs: unknown Inductor config key 'max_autotuen' (did you mean 'max_autotune'?)" in _failure(
-        result, "test_bad_inductor_config"
-    )
-    assert "model: expected a torch.nn.Module or a callable, got int" in _failure(result, "test_not_callable")
-    assert "args[1]: expected a tensor (or a Python scalar), got builtins.object" in _failure(
+    unknown_key = failure_section(result, "test_bad_inductor_config")
+    assert "inductor_configs: unknown Inductor config key 'max_autotuen' (did you mean 'max_autotune'?)" in unknown_key
+    assert "model: expected a torch.nn.Module or a callable, got int" in failure_section(result, "test_not_callable")
+    assert "args[1]: expected a tensor (or a Python scalar), got builtins.object" in failure_section(
         result, "test_non_tensor_input"
     )
     assert "INTERNALERROR" not in result.stdout.str()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, junit_cases
+from tests.conftest import RunPytest, failure_section, junit_cases
 
 USER_TESTS = r"""
 import pytest
@@ -182,13 +182,6 @@ def test_seq(aoti_check):
 """
 
 
-def _failure(result: pytest.RunResult, test: str) -> str:
-    text = result.stdout.str()
-    start = text.index(f"_ {test} _")
-    end = text.find("\n____", start + 1)
-    return text[start:] if end == -1 else text[start:end]
-
-
 def test_suite_style_models(pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     junit = tmp_path / "junit.xml"
@@ -204,12 +197,12 @@ def test_suite_style_models(pytester: pytest.Pytester, run_pytest: RunPytest, tm
     assert len(cases) == 12
 
     # The declared range holds at both ends: past the max is refused, in the user's own names.
-    above = _failure(result, "test_derived_dim_past_its_declared_max")
+    above = failure_section(result, "test_derived_dim_past_its_declared_max")
     assert "input 0 ('x'): shape invariant violated: expected (2*half,), got (130,)" in above
     assert "dim 0 is 2*half, 2*half=130 outside [2, 128]" in above
-    odd = _failure(result, "test_derived_dim_of_an_odd_size")
+    odd = failure_section(result, "test_derived_dim_of_an_odd_size")
     assert "expected (2*half,), got (3,); dim 0 is 2*half: no whole half gives 3" in odd
     # A bare tensor is not read as the tuple of its rows.
-    bare = _failure(result, "test_a_bare_tensor_for_args")
+    bare = failure_section(result, "test_a_bare_tensor_for_args")
     assert "TypeError: args: expected a tuple of positional inputs, got Tensor (wrap one input as (x,))" in bare
     assert "INTERNALERROR" not in result.stdout.str()
