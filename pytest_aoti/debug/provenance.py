@@ -47,7 +47,8 @@ def _library_dirs() -> tuple[str, ...]:
     """Where code that is not the user's lives: the standard library, installed packages, pytest-aoti itself."""
     paths = sysconfig.get_paths()
     dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
-    dirs.add(str(Path(__file__).parent))  # an editable install of pytest-aoti is outside site-packages
+    # The whole package, not this subpackage: an editable install of pytest-aoti is outside site-packages.
+    dirs.add(str(Path(__file__).parents[1]))
     return tuple(os.path.join(directory, "") for directory in dirs)
 
 

@@ -115,3 +115,19 @@ def test_this_runs_export_names_the_lines_of_a_cached_package(tmp_path: Path) ->
         provenance.SourceLine("/checkout-b/aoti_models.py", 70, "forward", "y = maybe_crash(torch.sin(x) * 2 + x)"),
     )
     assert sources[2].lines[0].line == 53  # no trace of this run for add_1/cos: the package's
+
+
+def test_a_crash_frame_in_any_of_pytest_aotis_subpackages_is_not_the_users(tmp_path: Path) -> None:
+    """A crash inside a compiled model's call has pytest-aoti's own frames innermost (``core/compiler.py``: the
+    package's run) and the user's test below them: the user's line is the test's, whichever subpackage of
+    pytest-aoti the frames above it are in (an editable install is outside site-packages)."""
+    import pytest_aoti.core.compiler as compiler
+
+    test_file = tmp_path / "test_user.py"
+    test_file.write_text("def test_crash(aoti_compile):\n    compiled(x)\n")
+    frames = [
+        kernel_log.CrashFrame(compiler.__file__, 280, "call"),
+        kernel_log.CrashFrame(compiler.__file__, 250, "__call__"),
+        kernel_log.CrashFrame(str(test_file), 2, "test_crash"),
+    ]
+    assert provenance.user_frame(frames) == provenance.SourceLine(str(test_file), 2, "test_crash", "compiled(x)")
