@@ -404,6 +404,7 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "benchmark": benchmark,
         "device": figures.device,
         "median_s": figures.median,
+        "fastest_s": min(figures.package),
         "iqr_s": figures.iqr,
         "blocks": len(figures.package),
         "speedup_vs_eager": figures.speedup,
