@@ -96,8 +96,13 @@ def test_over_the_tolerance_but_within_the_spread_between_runs_passes() -> None:
             _baseline()[:1],
             "the baseline has 1 run, and the spread between runs needs 2",
         ),
+        (
+            _run(0.3, 2e-3, 0.6, seed=1),
+            _baseline(),
+            "this machine ran the calibration 150.00x slower than when the baseline was recorded, past the 4x",
+        ),
     ],
-    ids=["too few blocks", "calibration moved within the run", "no baseline", "one baseline run"],
+    ids=["too few blocks", "calibration moved within the run", "no baseline", "one baseline run", "machine moved 150x"],
 )
 def test_a_run_that_cannot_judge_says_why(run: Run, baseline: list[Run], reason: str) -> None:
     # Every one of these would fail if judged: the package is 10x its baseline.
