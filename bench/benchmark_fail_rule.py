@@ -231,7 +231,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fail-rule-") as tmp:
         work = Path(tmp)
         (work / "test_fail_rule.py").write_text(TEST_FILE)
-        package_ms = record_baseline(work, options.baseline_runs, common, env)
+        package_ms, recorded = record_baseline(work, options.baseline_runs, common, env)
         rows = []
         for setting in filter(None, options.settings.split(",")):
             rows.append(unchanged(work, setting, options.runs, common, env))
@@ -240,12 +240,12 @@ def main() -> None:
             for kind in filter(None, options.regressions.split(",")):
                 label = {"package": "package 1.3x", "runtime-op": "runtime op +4 ms"}[kind]
                 rows.append(regression(work, setting, label, options.true_runs, common, {**env, **planted[kind]}))
-    print_table(options, package_ms, rows)
+    print_table(options, package_ms, recorded, rows)
 
 
-def record_baseline(work: Path, runs: int, common: list[str], env: dict[str, str]) -> float:
+def record_baseline(work: Path, runs: int, common: list[str], env: dict[str, str]) -> tuple[float, int]:
     """``runs`` recorded runs (a run the machine disturbed is not recorded: up to 3x the attempts); the package's
-    fastest block in ms (its least disturbed time: what a planted 1.3x is sized from)."""
+    fastest block in ms (its least disturbed time: what a planted 1.3x is sized from) and how many were recorded."""
     fastest: list[float] = []
     for attempt in range(3 * runs):
         record = run_pytest(work, ["--aoti-benchmark-update", *common], env)
@@ -257,7 +257,7 @@ def record_baseline(work: Path, runs: int, common: list[str], env: dict[str, str
     print(f"baseline: {len(fastest)} of {runs} runs recorded in {attempt + 1} attempts", flush=True)
     if len(fastest) < 2:  # a baseline of one run judges nothing: the settings below would only say "not judged"
         raise SystemExit("fewer than 2 baseline runs recorded: the machine changed under every measurement")
-    return statistics.median(fastest) * 1e3
+    return statistics.median(fastest) * 1e3, len(fastest)
 
 
 def unchanged(work: Path, setting: str, runs: int, common: list[str], env: dict[str, str]) -> Series:
@@ -274,9 +274,9 @@ def regression(work: Path, setting: str, kind: str, runs: int, common: list[str]
         return series(work, f"{kind}, {setting}", runs, common, env)
 
 
-def print_table(options: argparse.Namespace, package_ms: float, rows: list[Series]) -> None:
+def print_table(options: argparse.Namespace, package_ms: float, recorded: int, rows: list[Series]) -> None:
     print(
-        f"\ndevice {options.device}, baseline of {options.baseline_runs} runs (package's fastest block "
+        f"\ndevice {options.device}, baseline of {recorded} runs (package's fastest block "
         f"{package_ms:.3g} ms), tolerance {options.tolerance:g}, min time {options.min_time:g} s per side"
     )
     print(f"{'setting':<28} {'failed':>8} {'not judged':>10} {'normalized ratio (min-median-max)':>34} {'s/run':>6}")
