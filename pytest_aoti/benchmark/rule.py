@@ -13,8 +13,8 @@ process, and the spread between them is what a new run is held against. A run fa
   normalized latencies on a log scale (Student's t, SciPy: ``mean + t(0.99, k-1) * sd * sqrt(1 + 1/k)``).
 
 A run that cannot be judged says why and passes: too few blocks, a calibration that moved more than the tolerance
-within the run (first half against second half), or more than 4x since the baseline, no baseline, or a baseline of
-one run (no spread yet).
+within the run (first half against second half), or more than 4x (or 1 + the tolerance, if larger) since the
+baseline, no baseline, or a baseline of one run (no spread yet).
 """
 
 from __future__ import annotations
@@ -146,13 +146,14 @@ def judge(run: Run, baseline: Sequence[Run], tolerance: float, min_run_time: flo
         baseline_runs=len(baseline),
     )
     assert judgment.calibration is not None
-    if max(judgment.calibration, 1 / judgment.calibration) > MAX_MACHINE_MOVE:
+    most = max(MAX_MACHINE_MOVE, 1 + tolerance)  # a tolerance wider than that accepts wider moves too
+    if max(judgment.calibration, 1 / judgment.calibration) > most:
         return dataclasses.replace(
             judgment,
             verdict=Verdict.NOT_JUDGED,
             text=f"not judged: this machine ran the calibration {_times(judgment.calibration)} than when the "
-            f"baseline was recorded, past the {MAX_MACHINE_MOVE:g}x that normalizing stands for (normalized, the "
-            f"package is {normalized:.2f}x)",
+            f"baseline was recorded, past the {most:g}x that normalizing stands for (normalized, the package is "
+            f"{normalized:.2f}x)",
         )
     return _with_text(judgment, tolerance, _changes(run, baseline[-1]))
 
