@@ -310,7 +310,7 @@ def test_stepwise_stops_at_a_crash_and_starts_there_next_time(pytester: pytest.P
     the next ``--sw`` run starts at the crashed test, and ``--sw-skip`` skips one failure across the replaced worker
     (issue #43 S6)."""
     pytester.makepyfile(test_mixed=CRASHES_AND_FAILURES)
-    common = ["--aoti-debug", "-p", "cacheprovider", "-p", "no:randomly", "--junitxml=r.xml"]
+    common = ["--aoti-debug", "-p", "cacheprovider", "-p", "stepwise", "-p", "no:randomly", "--junitxml=r.xml"]
     first = run_pytest(*common, "--sw")
     assert first.ret == pytest.ExitCode.INTERRUPTED
     assert _junit_order(pytester.path / "r.xml") == ["test_0", "test_1_crash!"]
