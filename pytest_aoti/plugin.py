@@ -73,7 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
         config.pluginmanager.register(session, "aoti-child-session")
         return
-    from pytest_aoti.debug.parent import ParentSession, XdistController
+    from pytest_aoti.debug.controller import XdistController
+    from pytest_aoti.debug.parent import ParentSession
 
     config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
     is_xdist_worker = hasattr(config, "workerinput")

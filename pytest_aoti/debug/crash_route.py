@@ -29,6 +29,12 @@ from pytest_aoti.settings import DebugRequest
 ExceptionInfo = pytest.ExceptionInfo[BaseException]
 
 REPORT_ATTRIBUTE = "aoti"
+# xdist's workerinput key: this worker is the one pytest-aoti made of the session (the crash guard).
+SUPERVISED_WORKER = "aoti_supervised"
+# workerinput key: the supervised session's failures before this worker started (it replaces one that crashed).
+FAILURES_BEFORE = "aoti_failures_before"
+# workeroutput key: a test in this worker called pytest.exit (its reason and return code).
+WORKER_EXIT = "aoti_exit"
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,8 @@
 
 It runs isolated tests in children, debug-reruns failures, keeps later CUDA tests away from a poisoned context, and
 writes the ``aoti`` terminal summary from the reports pytest keeps. The xdist controller's part (tests that crash
-their worker) lives in :class:`XdistController`, registered only where pytest-xdist is. What a report says of its
-test, and how a crash becomes reports, is :mod:`pytest_aoti.debug.crash_route`'s; the xdist internals used are
-named in :mod:`pytest_aoti.debug.xdist_compat`.
+their worker) is :mod:`pytest_aoti.debug.controller`, registered only where pytest-xdist is. What a report says of
+its test, and how a crash becomes reports, is :mod:`pytest_aoti.debug.crash_route`'s.
 """
 
 from __future__ import annotations
@@ -26,13 +25,18 @@ import pytest
 from pytest_aoti.core import phases
 from pytest_aoti.core.protocol import Stage
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
-from pytest_aoti.debug.crash_route import Crash, crash_reports, record_of, stamp, stamp_test_report
-from pytest_aoti.debug.in_order import InOrderScheduling
+from pytest_aoti.debug.crash_route import (
+    FAILURES_BEFORE,
+    SUPERVISED_WORKER,
+    WORKER_EXIT,
+    record_of,
+    stamp,
+    stamp_test_report,
+)
 from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render, summary_lines, verdict_record
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.debug.verdict import PublicVerdict
-from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
 
 poisoned_by_key = pytest.StashKey[str]()
@@ -40,12 +44,6 @@ children_dir_key = pytest.StashKey[Path]()
 interrupted_key = pytest.StashKey[bool]()
 verdict_properties_key = pytest.StashKey[list[tuple[str, object]]]()  # a test's, for its teardown report
 HOOK_ERROR_TITLE = "aoti verdict hook error"
-# workerinput key: this worker is the one pytest-aoti made of the session (the crash guard), see XdistController.
-SUPERVISED_WORKER = "aoti_supervised"
-# workerinput key: the supervised session's failures before this worker started (it replaces one that crashed).
-FAILURES_BEFORE = "aoti_failures_before"
-# workeroutput key: a test in this worker called pytest.exit (its reason and return code).
-WORKER_EXIT = "aoti_exit"
 
 
 def children_dir(config: pytest.Config) -> Path:
@@ -68,7 +66,7 @@ def _workdir(config: pytest.Config, nodeid: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=safe + "-", dir=children_dir(config)))
 
 
-def _test_path(config: pytest.Config, nodeid: str) -> Path:
+def file_of_nodeid(config: pytest.Config, nodeid: str) -> Path:
     """The file a node id names (its part before the first ``::``, relative to the rootdir; ``../`` when the tests
     live outside it), normalized as pytest's own collection paths are."""
     return Path(os.path.normpath(config.rootpath / nodeid.split("::", 1)[0]))
@@ -334,143 +332,3 @@ def _hook_errors(report: Any) -> list[str]:
         for title, text in getattr(report, "sections", ())  # the summary's stats hold warnings' reports too
         if title == HOOK_ERROR_TITLE and text.strip()
     ]
-
-
-class XdistController:
-    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, crash reports that
-    say how the worker ended, and the workers' cache statistics for the summary. With ``supervising`` (the session
-    pytest-aoti turned into one xdist worker, whose restarts are not capped), it also stops a run whose crashes
-    cannot be test failures: a worker that dies while collecting, or two tests in a row crashing in setup (a
-    session- or module-scoped fixture that crashes would otherwise crash once per test)."""
-
-    def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
-        self.config = config
-        self.supervising = supervising
-        self.armed: dict[str, DebugRequest] = {}  # the tests set up on a worker that want a debug rerun
-        self.teardowns: dict[str, pytest.TestReport] = {}  # to log after xdist logs the crash report it made
-        self.crash_report: pytest.TestReport | None = None  # the last one
-        self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
-        self.setup_passed: set[str] = set()
-        self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
-        self.collected_nodes: set[int] = set()
-        self.crashed_in_setup_last = False
-        self.stop_reason: str | None = None
-        self.session: pytest.Session | None = None
-
-    def _session_stops(self) -> bool:
-        session = self.session
-        return session is not None and bool(session.shouldfail or session.shouldstop)
-
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.session = session
-
-    @pytest.hookimpl(tryfirst=True, optionalhook=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> InOrderScheduling | None:
-        return InOrderScheduling(self._session_stops) if self.supervising and scheduler_protocol_known() else None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        """The supervised session stops as pytest's own loop does: ``-x``/``--maxfail`` a failure (exit status 1),
-        ``--sw`` an interruption, counted over crash reports too (xdist would make both an interruption)."""
-        try:
-            result = yield
-        except KeyboardInterrupt:  # xdist's Interrupted, when its worker stopped itself
-            if not (self.supervising and self._session_stops()):
-                raise
-            result = True
-        if self.supervising and session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if self.supervising and session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
-        return result
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = record_of(report)
-        if record.debug_request is not None:
-            self.armed[report.nodeid] = record.debug_request
-        if report.when == "setup" and record.device is not None:
-            self.devices[report.nodeid] = record.device
-        elif report.when == "teardown":
-            self.devices.pop(report.nodeid, None)
-        if report.when == "setup" and report.passed:
-            self.setup_passed.add(report.nodeid)
-            self.crashed_in_setup_last = False
-        elif report.when == "call":
-            self.call_reported.add(report.nodeid)
-        teardown = self.teardowns.pop(report.nodeid, None)
-        if teardown is not None:  # xdist logged the crash report it made: now the teardown crash_reports added
-            self.config.hook.pytest_runtest_logreport(report=teardown)
-        if report is self.crash_report:  # the report xdist made for a crashed worker is logged
-            raise_if_interrupted(self.config)  # Ctrl-C came during its debug rerun
-            if self.stop_reason is not None:
-                pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
-        if self.supervising:
-            node.workerinput[SUPERVISED_WORKER] = True
-            # A worker that replaces a crashed one counts the failures before it toward -x/--maxfail.
-            node.workerinput[FAILURES_BEFORE] = self.session.testsfailed if self.session is not None else 0
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
-        self.collected_nodes.add(id(node))
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """xdist made ``report`` for a test that crashed its worker and logs it after this hook: it becomes the
-        failure of the phase the test crashed in (:func:`crash_reports`), with its debug verdict."""
-        in_setup = crashitem not in self.setup_passed
-        in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
-        # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
-        # setup or teardown an error, as pytest reports a fixture's exception there.
-        when = "setup" if in_setup else "teardown" if in_teardown else "call"
-        where = f", in {when}" if when != "call" else ""
-        crash = Crash(
-            when,
-            f"{report.longrepr} ({worker_exit(getattr(report, 'node', None))}{where})",
-            self.devices.pop(crashitem, None),
-        )
-        request = self.armed.get(crashitem)
-        attach = (
-            None
-            if request is None
-            else functools.partial(self._attach_debug, request, _test_path(self.config, crashitem))
-        )
-        self.crash_report = report
-        _, *teardown = crash_reports(crash, report, attach)
-        if teardown:
-            self.teardowns[crashitem] = teardown[0]
-        if not self.supervising:  # the supervised session stops through its scheduler
-            count_crash_failure(self.config, report)
-        if self.supervising and in_setup and self.crashed_in_setup_last:
-            self.stop_reason = (
-                f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "
-                "test set up in between; a session- or module-scoped fixture that crashes would crash every later "
-                "test the same way"
-            )
-        self.crashed_in_setup_last = in_setup
-
-    def _attach_debug(
-        self, request: DebugRequest, test_path: Path, report: pytest.TestReport
-    ) -> list[tuple[str, object]]:
-        return attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_aoti.fixtures import worker_stats_key
-
-        workeroutput = getattr(node, "workeroutput", {})
-        stats = workeroutput.get("aoti_cache_stats")
-        if stats:
-            self.config.stash.setdefault(worker_stats_key, []).append(stats)
-        exited = workeroutput.get(WORKER_EXIT)
-        if isinstance(exited, dict):
-            pytest.exit(str(exited.get("reason")), returncode=exited.get("returncode"))
-        if self.supervising and error and id(node) not in self.collected_nodes:
-            pytest.exit(
-                f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "
-                f"({worker_exit(node)}); a crash during collection would repeat in every new worker",
-                returncode=pytest.ExitCode.INTERRUPTED,
-            )

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core.protocol import VerdictSummary
-from pytest_aoti.debug.crash_route import ReportRecord, record_of, stamp
-from pytest_aoti.debug.parent import FAILURES_BEFORE, WORKER_EXIT, XdistController
+from pytest_aoti.debug.controller import XdistController
+from pytest_aoti.debug.crash_route import FAILURES_BEFORE, WORKER_EXIT, ReportRecord, record_of, stamp
 from pytest_aoti.settings import DebugRequest, settings_key
 
 NODEID = "test_user.py::test_crash"

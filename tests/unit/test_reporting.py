@@ -335,10 +335,10 @@ def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_
     pytest normalizes its own paths, or the child prunes everything."""
     from types import SimpleNamespace
 
-    from pytest_aoti.debug.parent import _test_path
+    from pytest_aoti.debug.parent import file_of_nodeid
 
     config = SimpleNamespace(rootpath=tmp_path / "elsewhere")
-    assert _test_path(config, "../tests/test_x.py::TestA::test_b[a::b]") == tmp_path / "tests" / "test_x.py"  # type: ignore[arg-type]
+    assert file_of_nodeid(config, "../tests/test_x.py::TestA::test_b[a::b]") == tmp_path / "tests" / "test_x.py"  # type: ignore[arg-type]
 
 
 def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(

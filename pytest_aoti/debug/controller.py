@@ -1,0 +1,168 @@
+"""The xdist controller's side of a pytest-aoti session, registered only where pytest-xdist is (pytest-xdist splits
+its own modules by process role the same way): tests that crash their worker become failures of the phase they
+crashed in, with their debug verdict (:mod:`pytest_aoti.debug.crash_route`); the session pytest-aoti supervises as
+one worker keeps pytest's order, counts and exit statuses (:mod:`pytest_aoti.debug.in_order`); a worker's
+``pytest.exit`` ends the run. The xdist internals used are named in :mod:`pytest_aoti.debug.xdist_compat`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_aoti.debug.crash_route import (
+    FAILURES_BEFORE,
+    SUPERVISED_WORKER,
+    WORKER_EXIT,
+    Crash,
+    crash_reports,
+    record_of,
+)
+from pytest_aoti.debug.in_order import InOrderScheduling
+from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted
+from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
+from pytest_aoti.settings import DebugRequest
+
+
+class XdistController:
+    """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, crash reports that
+    say how the worker ended, and the workers' cache statistics for the summary. With ``supervising`` (the session
+    pytest-aoti turned into one xdist worker, whose restarts are not capped), it also stops a run whose crashes
+    cannot be test failures: a worker that dies while collecting, or two tests in a row crashing in setup (a
+    session- or module-scoped fixture that crashes would otherwise crash once per test)."""
+
+    def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
+        self.config = config
+        self.supervising = supervising
+        self.armed: dict[str, DebugRequest] = {}  # the tests set up on a worker that want a debug rerun
+        self.teardowns: dict[str, pytest.TestReport] = {}  # to log after xdist logs the crash report it made
+        self.crash_report: pytest.TestReport | None = None  # the last one
+        self.devices: dict[str, str] = {}  # the device of each test set up on a worker (its setup report says)
+        self.setup_passed: set[str] = set()
+        self.call_reported: set[str] = set()  # a test whose worker crashes now crashed in teardown
+        self.collected_nodes: set[int] = set()
+        self.crashed_in_setup_last = False
+        self.stop_reason: str | None = None
+        self.session: pytest.Session | None = None
+
+    def _session_stops(self) -> bool:
+        session = self.session
+        return session is not None and bool(session.shouldfail or session.shouldstop)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> InOrderScheduling | None:
+        return InOrderScheduling(self._session_stops) if self.supervising and scheduler_protocol_known() else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """The supervised session stops as pytest's own loop does: ``-x``/``--maxfail`` a failure (exit status 1),
+        ``--sw`` an interruption, counted over crash reports too (xdist would make both an interruption)."""
+        try:
+            result = yield
+        except KeyboardInterrupt:  # xdist's Interrupted, when its worker stopped itself
+            if not (self.supervising and self._session_stops()):
+                raise
+            result = True
+        if self.supervising and session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if self.supervising and session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        return result
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = record_of(report)
+        if record.debug_request is not None:
+            self.armed[report.nodeid] = record.debug_request
+        if report.when == "setup" and record.device is not None:
+            self.devices[report.nodeid] = record.device
+        elif report.when == "teardown":
+            self.devices.pop(report.nodeid, None)
+        if report.when == "setup" and report.passed:
+            self.setup_passed.add(report.nodeid)
+            self.crashed_in_setup_last = False
+        elif report.when == "call":
+            self.call_reported.add(report.nodeid)
+        teardown = self.teardowns.pop(report.nodeid, None)
+        if teardown is not None:  # xdist logged the crash report it made: now the teardown crash_reports added
+            self.config.hook.pytest_runtest_logreport(report=teardown)
+        if report is self.crash_report:  # the report xdist made for a crashed worker is logged
+            raise_if_interrupted(self.config)  # Ctrl-C came during its debug rerun
+            if self.stop_reason is not None:
+                pytest.exit(self.stop_reason, returncode=pytest.ExitCode.INTERRUPTED)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.supervising:
+            node.workerinput[SUPERVISED_WORKER] = True
+            # A worker that replaces a crashed one counts the failures before it toward -x/--maxfail.
+            node.workerinput[FAILURES_BEFORE] = self.session.testsfailed if self.session is not None else 0
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        self.collected_nodes.add(id(node))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist made ``report`` for a test that crashed its worker and logs it after this hook: it becomes the
+        failure of the phase the test crashed in (:func:`crash_reports`), with its debug verdict."""
+        in_setup = crashitem not in self.setup_passed
+        in_teardown = crashitem in self.call_reported  # the call was reported: it passed or failed, then the crash
+        # A crash is this test's failure in the phase it crashed in, not an error of an unknown phase ("???"): in
+        # setup or teardown an error, as pytest reports a fixture's exception there.
+        when = "setup" if in_setup else "teardown" if in_teardown else "call"
+        where = f", in {when}" if when != "call" else ""
+        crash = Crash(
+            when,
+            f"{report.longrepr} ({worker_exit(getattr(report, 'node', None))}{where})",
+            self.devices.pop(crashitem, None),
+        )
+        request = self.armed.get(crashitem)
+        attach = (
+            None
+            if request is None
+            else functools.partial(self._attach_debug, request, file_of_nodeid(self.config, crashitem))
+        )
+        self.crash_report = report
+        _, *teardown = crash_reports(crash, report, attach)
+        if teardown:
+            self.teardowns[crashitem] = teardown[0]
+        if not self.supervising:  # the supervised session stops through its scheduler
+            count_crash_failure(self.config, report)
+        if self.supervising and in_setup and self.crashed_in_setup_last:
+            self.stop_reason = (
+                f"pytest-aoti stopped the run: {crashitem} crashed in setup right after another test did, with no "
+                "test set up in between; a session- or module-scoped fixture that crashes would crash every later "
+                "test the same way"
+            )
+        self.crashed_in_setup_last = in_setup
+
+    def _attach_debug(
+        self, request: DebugRequest, test_path: Path, report: pytest.TestReport
+    ) -> list[tuple[str, object]]:
+        return attach_debug(self.config, report, request, test_path=test_path, failure=None, crashed=True)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from pytest_aoti.fixtures import worker_stats_key
+
+        workeroutput = getattr(node, "workeroutput", {})
+        stats = workeroutput.get("aoti_cache_stats")
+        if stats:
+            self.config.stash.setdefault(worker_stats_key, []).append(stats)
+        exited = workeroutput.get(WORKER_EXIT)
+        if isinstance(exited, dict):
+            pytest.exit(str(exited.get("reason")), returncode=exited.get("returncode"))
+        if self.supervising and error and id(node) not in self.collected_nodes:
+            pytest.exit(
+                f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "
+                f"({worker_exit(node)}); a crash during collection would repeat in every new worker",
+                returncode=pytest.ExitCode.INTERRUPTED,
+            )
