@@ -450,34 +450,8 @@ def test_ctrl_c_ends_the_supervised_worker(pytester: pytest.Pytester) -> None:
         """
     )
     basetemp = pytester.path / "basetemp"
-    with (pytester.path / "session.log").open("wb") as output:
-        session = pytester.popen(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                *plugin_args(),
-                "-p",
-                "no:cacheprovider",
-                "--aoti-debug",
-                f"--basetemp={basetemp}",
-            ],
-            stdin=pytester.CLOSE_STDIN,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a process group of its own, as a terminal's foreground job
-            preexec_fn=_terminal_signals,
-        )
-        try:
-            worker = _pid_written(pid_file, session, "the worker never started the test")
-            os.killpg(session.pid, signal.SIGINT)
-            assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
-            _wait_gone(worker, "the worker outlived the session")
-        finally:
-            if session.poll() is None:
-                os.killpg(session.pid, signal.SIGKILL)
-                session.wait()
-    assert "KeyboardInterrupt" in (pytester.path / "session.log").read_text()
+    text = _ctrl_c_once_started(pytester, ["--aoti-debug", f"--basetemp={basetemp}"], pid_file, "the worker")
+    assert "KeyboardInterrupt" in text
     assert not [path for path in basetemp.rglob("*") if path.is_file()]
 
 
@@ -511,26 +485,8 @@ def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pyte
             pass
         """
     )
-    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly"]
-    with (pytester.path / "session.log").open("wb") as output:
-        session = pytester.popen(
-            [*command, *how, "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"],
-            stdin=pytester.CLOSE_STDIN,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a process group of its own, as a terminal's foreground job
-            preexec_fn=_terminal_signals,
-        )
-        try:
-            child = _pid_written(pid_file, session, "the debug rerun's child never started the test")
-            os.killpg(session.pid, signal.SIGINT)
-            assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
-            _wait_gone(child, "the debug rerun's child outlived the session")
-        finally:
-            if session.poll() is None:
-                os.killpg(session.pid, signal.SIGKILL)
-                session.wait()
-    text = (pytester.path / "session.log").read_text()
+    args = ["-p", "no:randomly", *how, "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"]
+    text = _ctrl_c_once_started(pytester, args, pid_file, "the debug rerun's child")
     assert "KeyboardInterrupt" in text and "1 failed, 1 passed" in text, text[-3000:]
     assert "test_user.py::test_crash: not rerun: the debug rerun was interrupted (KeyboardInterrupt)" in text
     cases = junit_cases(pytester.path / "r.xml")
@@ -538,6 +494,32 @@ def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pyte
     assert cases["test_crash"]["outcomes"] == ["failure"]
     properties = cases["test_crash"]["properties"]
     assert isinstance(properties, dict) and "interrupted" in str(properties["aoti_verdict"])
+
+
+def _ctrl_c_once_started(pytester: pytest.Pytester, args: list[str], pid_file: Path, who: str) -> str:
+    """Run pytest with ``args`` as a terminal's foreground job; once ``who`` (a process of the run) wrote its pid to
+    ``pid_file``, Ctrl-C the job (SIGINT to its process group). Asserts the run ends interrupted and ``who`` with it
+    (minutes allowed: a busy machine is slow); returns the run's output."""
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", *args]
+    with (pytester.path / "session.log").open("wb") as output:
+        session = pytester.popen(
+            command,
+            stdin=pytester.CLOSE_STDIN,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, as a terminal's foreground job
+            preexec_fn=_terminal_signals,
+        )
+        try:
+            started = _pid_written(pid_file, session, f"{who} never started the test")
+            os.killpg(session.pid, signal.SIGINT)
+            assert session.wait(timeout=300) == pytest.ExitCode.INTERRUPTED
+            _wait_gone(started, f"{who} outlived the session")
+        finally:
+            if session.poll() is None:
+                os.killpg(session.pid, signal.SIGKILL)
+                session.wait()
+    return (pytester.path / "session.log").read_text()
 
 
 RAISING_VERDICT_HOOK = """
