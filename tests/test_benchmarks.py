@@ -89,6 +89,7 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     assert {"aoti_latency_ms", "aoti_vs_baseline", "aoti_speedup_vs_eager", "aoti_load_ms", "aoti_memory"} <= set(
         properties
     )
+    assert "aoti_figure_data" in properties  # block times now and per baseline run, for the pictures plugin
 
     _planted_slowdown(path)
     slow = run_pytest("--aoti-benchmark", *QUICK, "--aoti-benchmark-json=out/bench.json", "--aoti-debug")

@@ -357,9 +357,15 @@ def _against_baseline(
         text = f"not judged: baselines only for other machines ({', '.join(others)}); this is {machine}"
         return rule.Judgment(rule.Verdict.NOT_JUDGED, text)
     try:
-        return rule.judge(run, runs, tolerance, run_time)
+        judgment = rule.judge(run, runs, tolerance, run_time)
     except ImportError:
         _fail("aoti_benchmark: judging against a baseline needs SciPy: pip install scipy (or pytest-aoti[benchmark])")
+    from pytest_aoti.core.figure_builders import benchmark_times
+    from pytest_aoti.core.figure_data import attach_figure_data
+
+    # The picture of this judgment (block times now against each baseline run's), drawn by the pictures plugin.
+    attach_figure_data(item, benchmark_times(benchmark, run.package, [old.package for old in runs], judgment.text))
+    return judgment
 
 
 def _recorded(
