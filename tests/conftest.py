@@ -206,6 +206,7 @@ def left_behind(tmp: Path) -> list[str]:
 # Rough seconds of the longest tests on 2 busy cores (``--durations`` of a CI run), for the order below. Any other test
 # that runs pytest counts as an end-to-end scenario of about 8 s; the rest take well under a second.
 SECONDS = {
+    "test_pictures_of_real_findings_in_the_page_and_in_pytest_html": 150,
     "test_numerics_names_the_first_divergent_kernel": 80,
     "test_a_nan_debug_run_names_its_kernel_and_minifies": 80,
     "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase": 80,

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core import phases
+from pytest_aoti.core.figure_data import attach_figure_data
 from pytest_aoti.core.protocol import Stage
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug.crash_route import (
@@ -33,6 +34,7 @@ from pytest_aoti.debug.crash_route import (
     stamp,
     stamp_test_report,
 )
+from pytest_aoti.debug.figures import verdict_figures
 from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render, summary_lines, verdict_record
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
@@ -116,6 +118,7 @@ def attach_debug(
     properties: list[tuple[str, object]] = list(rendered.properties)
     report.sections.append((SECTION_TITLE, rendered.text))
     report.user_properties = [*report.user_properties, *properties]
+    attach_figure_data(report, *verdict_figures(verdict))
     stamp(report, verdict=verdict_record(rendered))
     return properties
 

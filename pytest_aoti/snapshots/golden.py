@@ -26,6 +26,8 @@ import torch.utils._pytree as pytree
 
 from pytest_aoti.core.environment import PACKAGE_KEY, environment, environment_diff
 from pytest_aoti.core.errors import AOTISnapshotError
+from pytest_aoti.core.figure_builders import golden_errors
+from pytest_aoti.core.figure_data import GoldenErrors
 from pytest_aoti.core.output_diff import OutputDiff, compare, default_tolerance
 from pytest_aoti.snapshots.golden_file import GoldenFile, safetensors_stores
 
@@ -100,6 +102,7 @@ class GoldenOutputs:
     _before_update: GoldenFile | None = None  # the file as read, once an update cleared a device class of it
     _names: dict[str, int] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
+    figures: list[GoldenErrors] = field(default_factory=list)  # each mismatched output's errors (pictures)
 
     def next_name(self, kind: str) -> str:
         """``snapshot0``, ``snapshot1``, …: the default name of each call of one kind in a test (one the test gave
@@ -147,6 +150,11 @@ class GoldenOutputs:
         else:
             found = self._differences(tensors, others, old_tensors, old_others, rtol, atol)
             if found and not self.update:
+                self.figures += [
+                    golden_errors(d.name, tensors[d.name], old_tensors[d.name], r, a)
+                    for d, r, a in found
+                    if d.problem is None
+                ]
                 raise AOTISnapshotError(self._report(name, cls, found, rtol, atol, package_key))
             if self.update:  # rewritten even when equal: the first snapshot of the test drops stale entries
                 self._record(name, cls, full, tensors, others, package_key, had_golden=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from pytest_aoti.core.figure_data import attach_figure_data
 from pytest_aoti.core.protocol import CHILD_ENV, Stage
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 
@@ -231,6 +232,8 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     goldens = item.stash.get(goldens_key, None)
+    if report.when == "call" and goldens is not None:
+        attach_figure_data(report, *goldens.figures)
     if report.when == "teardown" and goldens is not None and goldens.outcomes:
         report.user_properties = [
             *report.user_properties,
