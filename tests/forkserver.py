@@ -56,13 +56,15 @@ _REPOSITORY = Path(__file__).resolve().parent.parent
 def _probe_vector_isa() -> dict[str, str]:
     """Inductor's CPU vector-ISA probe, made once here: one build and one Python per ISA (~1.5 CPU-s) in every process
     that compiles. Its result is cached in this process, so the forked runs inherit it, and the plugin tells the
-    children it starts (``TORCHINDUCTOR_VEC_ISA_OK=1``, pytest_aoti/debug/child.py). The same variable, for the processes
-    a run starts itself (xdist workers), when every ISA the CPU advertises passed: what the plugin's own check says."""
+    children it starts (``TORCHINDUCTOR_VEC_ISA_OK=1``, pytest_aoti/debug/child.py). The same variable, for the
+    processes a run starts itself (xdist workers), when every ISA the CPU advertises passed: what the plugin's own
+    check says."""
     import torch._inductor.cpu_vec_isa
 
     torch._inductor.cpu_vec_isa.valid_vec_isa_list()
     # The plugin's module, loaded under another name: importing pytest_aoti here would keep pytest from rewriting it.
-    spec = importlib.util.spec_from_file_location("_torch_private", _REPOSITORY / "pytest_aoti" / "core" / "torch_private.py")
+    path = _REPOSITORY / "pytest_aoti" / "core" / "torch_private.py"
+    spec = importlib.util.spec_from_file_location("_torch_private", path)
     assert spec is not None and spec.loader is not None
     torch_private = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(torch_private)

@@ -176,10 +176,10 @@ class Finding:
     # No kernel was found past the test's tolerance (those inside a torch.cond branch are not compared), yet the
     # outputs are past it: by rounding noise only, so the tolerance is tighter than the arithmetic allows.
     outputs_within_noise: bool = False
-
     # (launch, kernel, max abs err, max rel err) of every kernel output compared, in launch order: where the error
     # grew, for the picture of it (pytest_aoti.pictures).
     kernel_errors: list[tuple[int, str, float, float]] = field(default_factory=list)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
