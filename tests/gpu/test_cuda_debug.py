@@ -569,4 +569,4 @@ def test_benchmark_baseline_then_a_planted_slowdown_on_cuda(pytester: pytest.Pyt
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
         ["*aoti_benchmark: test_speed: slower than the baseline: *normalized by the calibration*"]
-    )  # noqa: E501
+    )
