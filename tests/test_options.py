@@ -113,8 +113,9 @@ import json
 
 
 def pytest_aoti_verdict(config, nodeid, verdict):
-    first = verdict.first
-    record = {"nodeid": nodeid, "first": first.outcome if first else None, "not_rerun": verdict.not_rerun}
+    # The frozen public record: how the first rerun ended, e.g. "crashed with SIGSEGV" or "failed: ...".
+    first = verdict.rerun_outcome.split(":")[0].split(" with ")[0]
+    record = {"nodeid": nodeid, "first": first, "not_rerun": verdict.not_rerun}
     with open(config.rootpath / "verdicts.jsonl", "a") as stream:
         stream.write(json.dumps(record) + "\\n")
 """
