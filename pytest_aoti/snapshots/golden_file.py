@@ -80,7 +80,9 @@ def _complex_again(path: Path, tensors: dict[str, torch.Tensor], keys: list[str]
         pair = tensors.get(key)
         if pair is None or pair.dtype != torch.float64 or pair.dim() == 0 or pair.shape[-1] != 2:
             raise AOTISnapshotError(f"{path}: golden file metadata {_AS_REAL!r} names {key!r}, not stored as pairs")
-        tensors[key] = torch.view_as_complex(pair.contiguous())
+        # A copy, not a view: safetensors places a tensor at any 8-byte offset of the file, and complex128 kernels
+        # read 16-byte aligned memory (a view of a misaligned pair segfaults in isfinite / abs).
+        tensors[key] = torch.view_as_complex(pair.clone(memory_format=torch.contiguous_format))
 
 
 @dataclass
