@@ -37,6 +37,19 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Keep the torch modules a test imported. The ``pytester`` fixture removes at teardown every module first
+    imported during the test, but torch keeps registries in modules it had imported before (dynamo's backends):
+    re-importing a removed one fails later compiles in this worker ("duplicate name: eager")."""
+    torch_modules = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "torch"}
+    try:
+        return (yield)
+    finally:
+        for name, module in torch_modules.items():
+            sys.modules.setdefault(name, module)
+
+
 RunPytest = Callable[..., pytest.RunResult]
 
 

@@ -76,8 +76,8 @@ class XdistController:
             raise session.Interrupted(session.shouldstop)
         return result
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
         record = record_of(report)
         if record.debug_request is not None:
             self.armed[report.nodeid] = record.debug_request
@@ -90,6 +90,9 @@ class XdistController:
             self.crashed_in_setup_last = False
         elif report.when == "call":
             self.call_reported.add(report.nodeid)
+        yield
+        # The teardown is logged once every plugin has logged the crash report, not from inside one of their hooks:
+        # pytest-html and junitxml close a test's row on its teardown report and drop what comes after.
         teardown = self.teardowns.pop(report.nodeid, None)
         if teardown is not None:  # xdist logged the crash report it made: now the teardown crash_reports added
             self.config.hook.pytest_runtest_logreport(report=teardown)

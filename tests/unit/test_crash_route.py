@@ -102,6 +102,28 @@ def test_a_crash_in_call_fails_the_call_and_its_teardown_carries_the_device(conf
     assert teardown.node is node  # type: ignore[attr-defined]  # junitxml's key: one test case with the crash
 
 
+class LoggedLast(Logged):
+    """A logger as pytest-html's is: ``trylast``, and registered after the controller (so called before it)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports.append(report)
+
+
+def test_every_plugin_gets_the_crash_report_before_the_teardown(config: pytest.Config) -> None:
+    controller, _ = _controller(config)
+    logged = LoggedLast()
+    config.pluginmanager.register(logged, "logged-last")
+    node = FakeNode()
+    config.hook.pytest_runtest_logreport(report=_worker_report("setup", node=node, device="cpu"))
+    _crash(controller, node)
+    assert [(report.when, report.outcome) for report in logged.reports] == [
+        ("setup", "passed"),
+        ("call", "failed"),
+        ("teardown", "passed"),
+    ]
+
+
 def test_a_crash_before_setup_reported_is_a_setup_error_and_after_call_a_teardown_error(config: pytest.Config) -> None:
     controller, logged = _controller(config, supervising=False)
     node = FakeNode()
