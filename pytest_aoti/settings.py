@@ -228,7 +228,7 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
     """The remote cache's settings (``remote_cache``), or why the one named is not used (``remote_cache_off``).
     Precedence: ini < ``$PYTEST_AOTI_CACHE_URL`` < ``--aoti-cache-url``. The secret comes from the environment only,
     and no message here shows it or the URL's password."""
-    from pytest_aoti.core.remote_cache import RemoteSettings, redact
+    from pytest_aoti.core.remote_cache import RemoteSettings, redact, register_password
 
     url, source = _value(config, "cache-url")
     if config.getoption("aoti_cache_url") is None and os.environ.get(CACHE_URL_ENV, "").strip():
@@ -245,9 +245,21 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
     from redis.connection import parse_url
 
     try:
-        parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError as error:
-        raise pytest.UsageError(f"{source}: {redact(url)!r}: {redact(str(error))}") from None
+        parsed = parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError:
+        # Neither the URL nor redis-py's message is shown: both may hold parts of the password.
+        raise pytest.UsageError(
+            f"{source}: redis-py cannot parse this URL (not shown: it may hold a password); a password holding '/', "
+            "'@', ':', '?' or '#' must be percent-encoded (%2F, %40, %3A, %3F, %23)"
+        ) from None
+    if parsed.get("password"):
+        register_password(str(parsed["password"]))
+    scheme, _, rest = url.partition("://")
+    db_path = rest.rpartition("@")[2].partition("?")[0].partition("/")[2] if scheme != "unix" else ""
+    if db_path and not db_path.isdigit():  # redis-py would quietly use db 0
+        raise pytest.UsageError(
+            f"{source}: {redact(url)!r}: the database after the host is {db_path!r}; expected a number"
+        )
     secret = os.environ.get(CACHE_SECRET_ENV, "")
     if not secret and not _value(config, "cache-unsigned")[0]:
         return {

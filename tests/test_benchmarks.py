@@ -92,6 +92,8 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     assert "aoti_figure_data" in properties  # block times now and per baseline run, for the pictures plugin
 
     _planted_slowdown(path)
+    update_lock = path.with_name(f".{path.name}.lock")
+    update_lock.unlink()  # the recording runs' lock: judging alone writes nothing beside the baselines
     slow = run_pytest("--aoti-benchmark", *QUICK, "--aoti-benchmark-json=out/bench.json", "--aoti-debug")
     slow.assert_outcomes(failed=1, passed=1)
     slow.stdout.fnmatch_lines(
@@ -103,6 +105,7 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     written = {r["benchmark"]: r for r in json.loads((pytester.path / "out" / "bench.json").read_text())["benchmarks"]}
     assert written["test_speed"]["baseline"] == "slower" and written["test_speed"]["vs_baseline"] > 1000
     assert written["test_speed"]["outcome"] == "failed"
+    assert sorted(path.parent.iterdir()) == [path]  # a read-only checkout judges the same
 
     path.write_text("null")
     malformed = run_pytest("--aoti-benchmark", *QUICK, "test_speed.py::test_speed")
@@ -111,6 +114,8 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         [f"*{path}: expected a JSON object with 'format' and 'tests', got NoneType None; fix it, or delete it and "
          "record again with --aoti-benchmark-update"]
     )  # fmt: skip
+    assert malformed.stdout.str().count("expected a JSON object with 'format'") == 1  # once, not chained
+    assert "During handling of the above exception" not in malformed.stdout.str()
 
 
 @pytest.mark.parametrize(

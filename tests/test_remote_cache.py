@@ -131,8 +131,9 @@ def test_tampered_truncated_and_wrongly_signed_entries_are_refused(
 
     entry["sha256"] = hashlib.sha256(b"".join(chunks)).hexdigest()
     admin.set(manifest_key(forged), json.dumps(entry))
-    assert store(shared_server.url()).fetch(forged, target) == Refused("wrongly signed")
-    assert store(shared_server.url(), secret=b"another secret").fetch(truncated, target) == Refused("wrongly signed")
+    wrongly_signed = Refused("wrongly signed: signed with another secret, or forged; not replaced", replaceable=False)
+    assert store(shared_server.url()).fetch(forged, target) == wrongly_signed
+    assert store(shared_server.url(), secret=b"another secret").fetch(truncated, target) == wrongly_signed
     last = f"{manifest_key(truncated)}:{manifest(shared_server, truncated)['upload']}:0"
     admin.set(last, admin.get(last)[:100])
     assert store(shared_server.url()).fetch(truncated, target) == Refused(
@@ -178,8 +179,13 @@ def test_a_refused_entry_is_recompiled_and_replaced_and_readonly_writes_nothing(
     assert runner_b is not None and runner_b.lookup(key) is None
     assert runner_b.stats.refused == [f"{key[:12]}: tampered (its bytes do not match its manifest)"]
     assert not list((tmp_path / "b").glob("*/*.pt2"))  # never kept, never loaded
+    tampered_chunks = set(chunk_names(shared_server, key))
     runner_b.store(key, package, compile_seconds=3.0)  # what the compile that follows does
     assert runner_b.stats.uploaded == 1
+    # The replaced entry's chunks are deleted with it (they had been made permanent: nothing else would).
+    replacement = f"{manifest_key(key)}:{manifest(shared_server, key)['upload']}:".encode()
+    assert all(name.startswith(replacement) for name in chunk_names(shared_server, key))
+    assert not tampered_chunks & set(chunk_names(shared_server, key))
     runner_c = PackageCache.open(tmp_path / "c", 1 << 30, settings)
     assert runner_c is not None
     cached = runner_c.lookup(key)
@@ -194,6 +200,27 @@ def test_a_refused_entry_is_recompiled_and_replaced_and_readonly_writes_nothing(
     readonly.store("32" * 32, package, compile_seconds=1.0)
     assert shared_server.admin().get(manifest_key("32" * 32)) is None and readonly.stats.uploaded == 0
     assert readonly.lookup(key) is not None
+
+
+def test_an_entry_signed_with_another_secret_is_refused_but_not_replaced(
+    shared_server: RedisServer, package: Path, tmp_path: Path
+) -> None:
+    """A runner whose secret is wrong (or was rotated) refuses the fleet's entries and compiles, but does not
+    overwrite them: the fleet would refuse its entries in turn, and the two would take turns forever."""
+    key = "33" * 32
+    fleet_settings = RemoteSettings(shared_server.url(), SECRET, chunk_bytes=CHUNK)
+    fleet = PackageCache.open(tmp_path / "fleet", 1 << 30, fleet_settings)
+    assert fleet is not None
+    fleet.store(key, package, compile_seconds=3.0)
+    good = manifest(shared_server, key)
+    stray_settings = RemoteSettings(shared_server.url(), b"a rotated secret", chunk_bytes=CHUNK)
+    stray = PackageCache.open(tmp_path / "stray", 1 << 30, stray_settings)
+    assert stray is not None and stray.lookup(key) is None
+    assert stray.stats.refused == [f"{key[:12]}: wrongly signed: signed with another secret, or forged; not replaced"]
+    stray.store(key, package, compile_seconds=3.0)
+    assert stray.stats.uploaded == 0 and manifest(shared_server, key) == good
+    again = PackageCache.open(tmp_path / "fleet-again", 1 << 30, fleet_settings)
+    assert again is not None and again.lookup(key) is not None and again.stats.remote_hits == 1
 
 
 def _one_warning(record: list[warnings.WarningMessage]) -> str:

@@ -25,6 +25,11 @@ class BaselineError(Exception):
     """A baseline file, or one benchmark's entry in it, that cannot be used."""
 
 
+# What a block time (seconds per call) can be: a hand-edited 1e-300 or 1e300 would overflow the rule's logarithms.
+SHORTEST_BLOCK = 1e-12
+LONGEST_BLOCK = 1e6
+
+
 def _block_times(raw: dict[str, Any], side: str) -> tuple[float, ...]:
     """One side's block times, or a ValueError saying what is wrong with them."""
     if side not in raw:
@@ -33,8 +38,15 @@ def _block_times(raw: dict[str, Any], side: str) -> tuple[float, ...]:
     if not isinstance(times, list) or not times:
         raise ValueError(f"{side!r} is {'empty' if times == [] else f'not a list of seconds: {times!r:.60}'}")
     for value in times:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{side!r} holds {value!r}; block times are seconds per call, above 0")
+        try:
+            seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
+        if not SHORTEST_BLOCK <= seconds <= LONGEST_BLOCK:  # NaN compares false: refused too
+            raise ValueError(
+                f"{side!r} holds {value!r:.40}; block times are seconds per call, from {SHORTEST_BLOCK:g} to "
+                f"{LONGEST_BLOCK:g}"
+            )
     if len(times) < MIN_BLOCKS:
         raise ValueError(f"{side!r} has {len(times)} blocks; a run has at least {MIN_BLOCKS}")
     return tuple(float(value) for value in times)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV
+from pytest_aoti.core.protocol import CHILD_ENV, Stage
 
 if TYPE_CHECKING:
     import torch
@@ -139,10 +139,12 @@ def _kept_runs(config: pytest.Config) -> int:
 
 
 def resolve(config: pytest.Config) -> BenchmarkSettings:
-    update = bool(config.getoption("aoti_benchmark_update"))
+    asked_to_update = bool(config.getoption("aoti_benchmark_update"))
+    # A debug rerun (or its reproduce line, pasted) times a debug build: it never records a baseline run.
+    update = asked_to_update and os.environ.get(CHILD_ENV, "") in ("", Stage.ISOLATE)
     cli = config.getoption("aoti_benchmark")
     try:
-        enabled = bool(cli if cli is not None else config.getini("aoti_benchmark")) or update
+        enabled = bool(cli if cli is not None else config.getini("aoti_benchmark")) or asked_to_update
     except (ValueError, pytest.UsageError) as error:  # a bool ini value pytest cannot read ("maybe")
         raise pytest.UsageError(f"ini option aoti_benchmark: {error}; expected true or false") from None
     workerinput = getattr(config, "workerinput", None)
@@ -344,14 +346,19 @@ def _against_baseline(
     settings = item.config.stash[settings_key]
     run = rule.Run.of(figures, torch=torch.__version__, package_key=_package_key(compiled), run_id=settings.run_id)
     path, machine = _baseline_file(item), timing.machine(compiled.device)
+    unusable: str | None = None
     try:
-        with _file_lock(path):
-            baselines = Baselines.read(path)
-            if settings.update:
-                return _recorded(baselines, benchmark, machine, run, tolerance, run_time, settings.kept_runs)
-            runs = baselines.runs(benchmark, machine)
+        if settings.update:
+            with _file_lock(path):
+                return _recorded(Baselines.read(path), benchmark, machine, run, tolerance, run_time, settings.kept_runs)
+        # Judging only reads: no lock file, nothing written (a read-only checkout judges). Writers replace the file
+        # whole (Baselines.write), so a read never sees half of one.
+        baselines = Baselines.read(path)
+        runs = baselines.runs(benchmark, machine)
     except BaselineError as error:
-        _fail(str(error))
+        unusable = str(error)
+    if unusable is not None:  # outside the except: the failure is one line, not a chain of two
+        _fail(unusable)
     others = baselines.others(benchmark, machine)
     if not runs and others:
         text = f"not judged: baselines only for other machines ({', '.join(others)}); this is {machine}"

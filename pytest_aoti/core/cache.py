@@ -470,7 +470,8 @@ class PackageCache:
         except _NotFetched:
             self._remote_problem()
             if isinstance(result, Refused):
-                self.refused_keys.add(key)
+                if result.replaceable:
+                    self.refused_keys.add(key)
                 self.stats.refused.append(f"{key[:12]}: {result.reason}")
             return None
         except OSError as error:

@@ -24,6 +24,7 @@ import hmac
 import json
 import re
 import secrets
+import urllib.parse
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,8 +58,23 @@ class AOTIRemoteCacheWarning(UserWarning):
     """The remote package cache cannot be used: the run goes on with the local cache."""
 
 
+# The passwords of the remote cache URLs this process was given (register_password): replaced wherever they occur,
+# whatever form the URL takes (``?password=``, a ``@`` or ``/`` in the password, percent-encoded or not).
+_PASSWORDS: set[str] = set()
+# Shorter passwords are left to the URL pattern: replacing every occurrence of two letters would garble every line.
+_SHORTEST_REGISTERED = 3
+
+
+def register_password(password: str) -> None:
+    """Redact ``password`` (as given, and percent-encoded) from every text :func:`redact` sees in this process."""
+    if len(password) >= _SHORTEST_REGISTERED:
+        _PASSWORDS.update({password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)})
+
+
 def redact(text: str) -> str:
-    """``text`` with the password (and user) of every URL in it replaced by ``***``."""
+    """``text`` with every registered password, and the user and password of every URL in it, replaced by ``***``."""
+    for password in sorted(_PASSWORDS, key=len, reverse=True):
+        text = text.replace(password, "***")
     return _URL_PASSWORD.sub(r"\1://***@", text)
 
 
@@ -100,9 +116,12 @@ class Fetched:
 
 @dataclass(frozen=True)
 class Refused:
-    """A remote entry that failed a check: never loaded. ``reason`` says which check."""
+    """A remote entry that failed a check: never loaded. ``reason`` says which check. ``replaceable``: whether an
+    upload of this runner may overwrite it. Not one signed with another secret: a runner whose secret is wrong would
+    otherwise overwrite the whole fleet's good entries, and the fleet would overwrite its entries in turn."""
 
     reason: str
+    replaceable: bool = True
 
 
 def signer(secret: bytes, key: str) -> hmac.HMAC:
@@ -122,6 +141,24 @@ def manifest_key(key: str) -> str:
 
 def chunk_key(key: str, upload: str, number: int) -> str:
     return f"{PREFIX}{key}:{upload}:{number}"
+
+
+# An upload id is secrets.token_hex(8); a replaced manifest names at most this many chunks to delete (a forged one
+# could claim billions).
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
+_MOST_CHUNKS = 100_000
+
+
+def _chunk_names_of(key: str, raw_manifest: Any) -> list[str]:
+    """The chunk keys a stored manifest of ``key`` names; none when it is unreadable or names an unlikely upload."""
+    try:
+        manifest = json.loads(raw_manifest)
+        upload, count = str(manifest["upload"]), int(manifest["chunks"])
+    except (ValueError, KeyError, TypeError):
+        return []
+    if not _UPLOAD_ID.match(upload) or not 0 < count <= _MOST_CHUNKS:
+        return []
+    return [chunk_key(key, upload, number) for number in range(count)]
 
 
 class RemoteStore:
@@ -214,7 +251,7 @@ class RemoteStore:
         if digest.hexdigest() != expected_sha:
             return Refused("tampered (its bytes do not match its manifest)")
         if self.settings.secret is not None and not hmac.compare_digest(mac.hexdigest(), str(signed)):
-            return Refused("wrongly signed")
+            return Refused("wrongly signed: signed with another secret, or forged; not replaced", replaceable=False)
         return Fetched(size=size, sha256=expected_sha, compile_seconds=float(manifest.get("compile_seconds", 0.0)))
 
     def upload(self, key: str, package: Path, compile_seconds: float, *, replace: bool = False) -> bool:
@@ -241,9 +278,14 @@ class RemoteStore:
                 "signature": mac.hexdigest() if self.settings.secret else None,
             }
             keys = [manifest_key(key), *chunk_names]
+            replaced = self._client.get(manifest_key(key)) if replace else None
             published = self._client.eval(_PUBLISH, len(keys), *keys, json.dumps(manifest), "1" if replace else "0")
             if not published:
                 self._client.delete(*chunk_names)  # another writer finished first: its entry is as good
+            elif replaced is not None:  # the refused entry's chunks were made permanent: nothing else removes them
+                old_chunks = _chunk_names_of(key, replaced)
+                if old_chunks:
+                    self._client.delete(*old_chunks)
             return bool(published)
         except self._errors as error:
             self._give_up(error, writing=True)

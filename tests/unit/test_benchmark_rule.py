@@ -141,9 +141,13 @@ RUNS = "{'test_speed': {'cpu: A x2': {'runs': [...]}}}"
         (_file({"test_speed": {"cpu: A x2": {"runs": []}}}), "expected a non-empty list 'runs', got []"),
         (_file({"test_speed": {"cpu: A x2": None}}), "expected a non-empty list 'runs', got None"),
         (_file({"test_speed": []}), "expected an object of machines"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(package=[10**400] * 10)]}}}), "'package' holds 1000"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(package=[1e-300] * 10)]}}}), "holds 1e-300; block"),
+        (_file({"test_speed": {"cpu: A x2": {"runs": [_record(calibration=[1e300] * 10)]}}}), "from 1e-12 to 1e+06"),
     ],
     ids=["[]", "null", "not JSON", "older format", "other format", "empty times", "missing times", "zeros",
-         "hand-edited text", "misaligned", "too few blocks", "no runs", "null entry", "entry not an object"],
+         "hand-edited text", "misaligned", "too few blocks", "no runs", "null entry", "entry not an object",
+         "an int past float", "underflow", "overflow"],
 )  # fmt: skip
 def test_a_malformed_baseline_file_is_one_line_naming_the_file(tmp_path: Path, content: str, problem: str) -> None:
     path = tmp_path / "__aoti_benchmarks__" / "test_speed.json"

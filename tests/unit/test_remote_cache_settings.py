@@ -56,9 +56,17 @@ def test_without_a_secret_only_when_unsigned_is_asked_for(resolve: Callable[...,
         (
             ["--aoti-cache-url=redis://:pw@host:port/0"],
             None,
-            "--aoti-cache-url: 'redis://***@host:port/0': Port could not be cast to integer value as 'port'",
+            "--aoti-cache-url: redis-py cannot parse this URL (not shown: it may hold a password); a password "
+            "holding '/', '@', ':', '?' or '#' must be percent-encoded",
+        ),
+        (["--aoti-cache-url=redis://:pw/x@host:6379/0"], None, "--aoti-cache-url: redis-py cannot parse this URL"),
+        (
+            ["--aoti-cache-url=redis://:pw@host:6379/1O"],
+            None,
+            "--aoti-cache-url: 'redis://***@host:6379/1O': the database after the host is '1O'; expected a number",
         ),
     ],
+    ids=["not redis", "no scheme", "a bad port", "a '/' in the password", "a db that is not a number"],
 )
 def test_a_url_that_is_not_redis_is_a_usage_error(
     resolve: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None, message: str
@@ -68,3 +76,29 @@ def test_a_url_that_is_not_redis_is_a_usage_error(
     with pytest.raises(pytest.UsageError) as error:
         resolve(*args)
     assert message in str(error.value) and "pw" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6391/0?password=s3cr3tPW",
+        "redis://:s3cr3tPW@127.0.0.1:6391/0",
+        "redis://:s3cr@tPW@127.0.0.1:6391/0",
+        "redis://default:s3cr%2FtPW@127.0.0.1:6391/0",
+        "unix:///run/redis.sock?password=s3cr3tPW",
+    ],
+    ids=["query", "userinfo", "an @ in it", "percent-encoded", "unix socket"],
+)
+def test_every_form_of_password_is_hidden(resolve: Callable[..., Settings], url: str) -> None:
+    """Whatever form redis-py reads a password from, it never shows: in the header's URL, in the "not used" line,
+    nor in any text this process redacts (reproduce lines, warnings, JUnit)."""
+    from urllib.parse import unquote
+
+    from pytest_aoti.core.remote_cache import redact
+
+    off = resolve(f"--aoti-cache-url={url}").remote_cache_off
+    password = unquote(url.split("password=")[-1] if "password=" in url else url.split(":")[2].rsplit("@", 1)[0])
+    shown = [off, redact(f"pytest --aoti-cache-url={url} -k x"), redact(f"PYTEST_AOTI_CACHE_URL={url!r}")]
+    for text in shown:
+        assert password not in text and unquote(text).count(password) == 0, text
+        assert "127.0.0.1" in text or "redis.sock" in text, text  # the rest of the URL still says where
