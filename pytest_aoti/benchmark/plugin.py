@@ -39,6 +39,7 @@ RECORD_PROPERTY = "aoti_benchmark"
 SKIP_REASON = "aoti_benchmark: benchmarks run only with --aoti-benchmark"
 DEFAULT_KEPT_RUNS = 5
 MAX_KEPT_RUNS = 100
+NOT_JUDGED = "not judged"  # rule.Verdict.NOT_JUDGED's value (rule imports torch; the summary runs without it)
 MIN_KEPT_RUNS = 2  # the spread between runs needs two (rule.MIN_BASELINE_RUNS, not imported: it imports torch)
 
 BENCHMARK_DESC = "run tests that use aoti_benchmark (skipped otherwise) and judge them against their stored baselines"
@@ -111,20 +112,22 @@ def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok
 def _json_target(config: pytest.Config) -> Path | None:
     """``--aoti-benchmark-json``: a path from the command line is relative to where pytest started, from the ini
     file to the rootdir. A target that cannot be written is a usage error now, not a traceback after the tests."""
+    from pytest_aoti.core.report_files import shared_with, target_path, write_problem
+
     raw, source, from_cli = _value(config, "json")
     if not raw.strip():
         return None
-    path = Path(raw).expanduser()
-    path = path if path.is_absolute() else (config.invocation_params.dir if from_cli else config.rootpath) / path
+    path = target_path(raw, config.invocation_params.dir if from_cli else config.rootpath)
     if path.is_dir():
         raise pytest.UsageError(f"{source}: {path} is a directory; expected the path of a JSON file to write")
-    existing = path.parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise pytest.UsageError(f"{source}: cannot write {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"{source}: cannot write {path}: permission denied")
+    problem = write_problem(path)
+    if problem is not None:
+        raise pytest.UsageError(f"{source}: {problem}")
+    other = shared_with(
+        path, "aoti_benchmark_json", lambda dest: config.getoption(dest, None), config.invocation_params.dir
+    )
+    if other is not None:
+        raise pytest.UsageError(f"{source}: {path} is also {other}'s file; give each report a file of its own")
     return path
 
 
@@ -434,7 +437,9 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "baseline_runs": judgment.baseline_runs,
         "comparison": judgment.text,
     }
-    normalized = judgment.normalized
+    # A run that was not judged shows no ratio: one read off a machine that moved past judging (0.01x when the
+    # calibration ran 100x slower) would read as a speed-up on a dashboard. The JSON record keeps the figures.
+    normalized = judgment.normalized if judgment.verdict.value != NOT_JUDGED else None
     item.user_properties.extend(
         [
             ("aoti_latency_ms", f"{figures.median * 1e3:.4g}"),
@@ -497,7 +502,7 @@ class BenchmarkTracker:
 def summary_table(records: list[dict[str, Any]]) -> list[str]:
     rows = [("benchmark", "latency", "vs baseline", "vs eager", "load", "memory")]
     for record in records:
-        ratio = record["vs_baseline"]
+        ratio = record["vs_baseline"] if record["baseline"] != NOT_JUDGED else None
         rows.append(
             (
                 f"{record['test'].split('::', 1)[0]}::{record['benchmark']}",

@@ -43,19 +43,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def html_target(config: pytest.Config) -> Path | None:
     """Where ``--aoti-html`` (relative to the invocation dir) or the ini's ``aoti_html`` (relative to the ini file)
     puts the page; a usage error when that is a directory."""
+    from pytest_aoti.core.report_files import shared_with, target_path, write_problem
+
     cli = config.getoption("aoti_html")
     if cli is not None:
         if not str(cli).strip():
             raise pytest.UsageError("--aoti-html: expected the path of the HTML file to write, got ''")
-        where, path = "--aoti-html", config.invocation_params.dir / str(cli)
+        where, path = "--aoti-html", target_path(str(cli), config.invocation_params.dir)
     else:
         ini = str(config.getini("aoti_html") or "").strip()
         if not ini:
             return None
         base = config.inipath.parent if config.inipath is not None else config.rootpath
-        where, path = "ini option aoti_html", base / ini
+        where, path = "ini option aoti_html", target_path(ini, base)
     if path.is_dir():
         raise pytest.UsageError(f"{where}: {path} is a directory; give the path of the HTML file to write")
+    problem = write_problem(path)
+    if problem is not None:
+        raise pytest.UsageError(f"{where}: {problem}")
+    other = shared_with(path, "aoti_html", lambda dest: config.getoption(dest, None), config.invocation_params.dir)
+    if other is not None:
+        raise pytest.UsageError(f"{where}: {path} is also {other}'s file; give each report a file of its own")
     return path
 
 
