@@ -211,6 +211,8 @@ def test_pictures_of_real_findings_in_the_page_and_in_pytest_html(
     runs = re.findall(r"<td>(run \d+|now)</td>", page)
     assert runs == [*(f"run {number}" for number in range(1, recorded_runs + 1)), "now"], (runs, recorded_runs)
     assert "aoti_latency_ms" in page and "aoti cache:" in page
+    for test in ("test_divergence", "test_nan", "test_crash", "test_golden", "test_speed"):  # JUnit has the data too
+        assert "aoti_figure_data" in cases[test]["properties"], test  # type: ignore[operator]
     for test in ("test_divergence", "test_nan", "test_crash"):  # the verdicts' reproduce lines
         assert html.escape(str(cases[test]["properties"]["aoti_reproduce"])) in page, test  # type: ignore[index]
 

@@ -119,7 +119,12 @@ def test_goldens_record_match_catch_drift_and_update(
     # Not a kernel's fault: no debug rerun.
     assert "verdict: not rerun: the outputs differ from golden outputs recorded earlier" in text
     assert "stage kernels" not in text
-    assert junit_cases(pytester.path / "drift.xml")["test_check"]["outcomes"] == ["failure"]
+    drifted = junit_cases(pytester.path / "drift.xml")["test_check"]
+    assert drifted["outcomes"] == ["failure"]
+    properties = cast(dict[str, str], drifted["properties"])  # which golden failed, and its picture's data
+    assert properties["aoti_snapshot"] == "check0.example: mismatched"
+    assert properties["aoti_snapshot_file"].endswith("test_check.safetensors")
+    assert "aoti_figure_data" in properties
 
     # 4. In CI a golden that is missing fails the test, and a golden no test uses is listed.
     tree_golden.unlink()

@@ -115,10 +115,12 @@ def attach_debug(
             verdict.test_failure = failure_if_different(original, verdict)
     rendered = render(verdict, original)
     _publish_verdict(config, report, rendered)
-    properties: list[tuple[str, object]] = list(rendered.properties)
     report.sections.append((SECTION_TITLE, rendered.text))
-    report.user_properties = [*report.user_properties, *properties]
+    before = list(report.user_properties)
     attach_figure_data(report, *verdict_figures(verdict))
+    # The pictures' data go with the verdict's properties: onto the teardown report too, the one JUnit reads.
+    properties: list[tuple[str, object]] = [*rendered.properties, *report.user_properties[len(before) :]]
+    report.user_properties = [*before, *properties]
     stamp(report, verdict=verdict_record(rendered))
     return properties
 

@@ -96,7 +96,7 @@ class GoldenOutputs:
     missing: Literal["write", "fail", "skip"]
     update: bool = False
     update_hint: str = ""
-    outcomes: list[tuple[str, Outcome]] = field(default_factory=list)
+    outcomes: list[tuple[str, Outcome | Literal["mismatched"]]] = field(default_factory=list)
     _file: GoldenFile | None = None
     _cleared: set[str] = field(default_factory=set)
     _before_update: GoldenFile | None = None  # the file as read, once an update cleared a device class of it
@@ -155,6 +155,7 @@ class GoldenOutputs:
                     for d, r, a in found
                     if d.problem is None
                 ]
+                self.outcomes.append((name, "mismatched"))  # JUnit names the golden file that failed too
                 raise AOTISnapshotError(self._report(name, cls, found, rtol, atol, package_key))
             if self.update:  # rewritten even when equal: the first snapshot of the test drops stale entries
                 self._record(name, cls, full, tensors, others, package_key, had_golden=True)

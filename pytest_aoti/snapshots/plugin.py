@@ -232,7 +232,9 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     goldens = item.stash.get(goldens_key, None)
-    if report.when == "call" and goldens is not None:
+    if report.when in ("call", "teardown") and goldens is not None:
+        # On the call report for pytest-html's row, and on the teardown report, the one JUnit reads properties
+        # from (the pictures plugin counts the two as one).
         attach_figure_data(report, *goldens.figures)
     if report.when == "teardown" and goldens is not None and goldens.outcomes:
         report.user_properties = [
