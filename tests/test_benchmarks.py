@@ -90,6 +90,8 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         properties
     )
     assert "aoti_figure_data" in properties  # block times now and per baseline run, for the pictures plugin
+    # The second call's figures under names of their own: two calls are never one property name twice.
+    assert {"aoti_latency_ms (test_speed [call 2])", "aoti_vs_baseline (test_speed [call 2])"} <= set(properties)
 
     _planted_slowdown(path)
     update_lock = path.with_name(f".{path.name}.lock")

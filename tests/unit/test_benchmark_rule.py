@@ -187,3 +187,7 @@ def test_each_call_of_a_test_has_its_own_baseline_entry() -> None:
         _benchmark_name(item, "big")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="aoti_benchmark name: expected a non-empty string, got int 5"):
         _benchmark_name(item, 5)  # type: ignore[arg-type]
+    # A name= that reads like an unnamed call's entry: the unnamed call after it takes the next number.
+    named_first = _Item("test_speed.py::test_named")
+    assert _benchmark_name(named_first, "call 2") == "test_named [call 2]"  # type: ignore[arg-type]
+    assert _benchmark_name(named_first, None) == "test_named [call 3]"  # type: ignore[arg-type]
