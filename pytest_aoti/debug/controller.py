@@ -48,6 +48,7 @@ class XdistController:
         self.crashed_in_setup_last = False
         self.stop_reason: str | None = None
         self.session: pytest.Session | None = None
+        self.worker_cache_stats: dict[int, dict[str, Any]] = {}  # each worker's last, by id(node): see testnodedown
 
     def _session_stops(self) -> bool:
         session = self.session
@@ -90,6 +91,8 @@ class XdistController:
             self.crashed_in_setup_last = False
         elif report.when == "call":
             self.call_reported.add(report.nodeid)
+        if record.cache_stats is not None:
+            self.worker_cache_stats[id(getattr(report, "node", None))] = record.cache_stats
         yield
         # The teardown is logged once every plugin has logged the crash report, not from inside one of their hooks:
         # pytest-html and junitxml close a test's row on its teardown report and drop what comes after.
@@ -157,7 +160,9 @@ class XdistController:
         from pytest_aoti.fixtures import worker_stats_key
 
         workeroutput = getattr(node, "workeroutput", {})
-        stats = workeroutput.get("aoti_cache_stats")
+        # A worker that crashed sends nothing at its end: its statistics as of its last teardown report stand.
+        last_reported = self.worker_cache_stats.pop(id(node), None)
+        stats = workeroutput.get("aoti_cache_stats") or last_reported
         if stats:
             self.config.stash.setdefault(worker_stats_key, []).append(stats)
         exited = workeroutput.get(WORKER_EXIT)

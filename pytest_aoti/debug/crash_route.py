@@ -23,7 +23,7 @@ import pytest
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
-from pytest_aoti.fixtures import device_property_key
+from pytest_aoti.fixtures import cache_key, device_property_key
 from pytest_aoti.settings import DebugRequest
 
 ExceptionInfo = pytest.ExceptionInfo[BaseException]
@@ -47,7 +47,9 @@ class ReportRecord:
     ``device``: on a setup report, the device the test was set up on (JUnit ``aoti_device`` of a crashed test).
     ``poisoned_cuda``: the CUDA context of the process was unusable after this test.
     ``verdict``: the rendered verdict's summary, for the ``aoti`` terminal summary.
-    ``crashed``: a report the controller made for a test that crashed its worker."""
+    ``crashed``: a report the controller made for a test that crashed its worker.
+    ``cache_stats``: on an xdist worker's teardown report, the worker's package-cache statistics so far (the
+    controller keeps each worker's last: a worker that crashes sends no ``workeroutput`` at its end)."""
 
     failure_kind: str | None = None
     reached_aoti: bool = True
@@ -56,6 +58,7 @@ class ReportRecord:
     poisoned_cuda: bool = False
     verdict: VerdictSummary | None = None
     crashed: bool = False
+    cache_stats: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)  # plain dicts, lists and strs: what execnet carries
@@ -113,6 +116,9 @@ def stamp_test_report(item: pytest.Item, report: pytest.TestReport, excinfo: Exc
         # A plain str: xdist's wire format (execnet) takes no str subclass.
         changes["failure_kind"] = str(failure_kind(excinfo.value))
         changes["reached_aoti"] = phases.announced() is not None
+    cache = item.config.stash.get(cache_key, None)
+    if report.when == "teardown" and cache is not None and hasattr(item.config, "workerinput"):
+        changes["cache_stats"] = cache.stats.as_dict()
     if changes:
         stamp(report, **changes)
 
