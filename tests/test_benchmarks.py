@@ -142,3 +142,30 @@ def test_bad_benchmark_options_are_usage_errors_at_start(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{error}"])
     assert "Traceback" not in result.stderr.str()
+
+
+def test_a_benchmark_call_with_a_bad_value_fails_before_it_compiles(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    pytester.makepyfile(
+        test_values="""
+        import pytest
+        import torch
+
+
+        @pytest.mark.parametrize("values", [{"min_run_time": 0}, {"min_run_time": -1}, {"tolerance": float("nan")}])
+        def test_bad(aoti_benchmark, values):
+            aoti_benchmark(torch.nn.Linear(4, 4), (torch.randn(2, 4),), **values)
+        """
+    )
+    result = run_pytest("--aoti-benchmark", "-p", "no:logging")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*ValueError: aoti_benchmark min_run_time: expected seconds above 0, got 0",
+            "*ValueError: aoti_benchmark min_run_time*-1*",
+            "*ValueError: aoti_benchmark tolerance*nan*",
+        ],
+        consecutive=False,
+    )
+    assert "aoti cache:" not in result.stdout.str() or "0 misses" in result.stdout.str()  # nothing compiled
