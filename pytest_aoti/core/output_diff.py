@@ -45,6 +45,7 @@ class OutputDiff:
     max_rel_at: tuple[int, ...] = ()
     needed_atol: float = 0.0
     needed_rtol: float = 0.0
+    exact: bool = False  # booleans: a tolerance means nothing, so none is suggested
 
     def lines(self, rtol: float, atol: float) -> list[str]:
         if self.problem is not None:
@@ -57,6 +58,8 @@ class OutputDiff:
         if self.unmatched_nonfinite:
             nonfinite = f"{self.unmatched_nonfinite} NaN/Inf value(s) where the golden differs: no tolerance passes"
             return [head, f"  {nonfinite}"]
+        if self.exact:
+            return [head, "  booleans compare exactly: no tolerance passes"]
         needed_rtol = (
             "no rtol (a golden value is 0)" if math.isinf(self.needed_rtol) else f"rtol >= {_fmt(self.needed_rtol)}"
         )
@@ -111,6 +114,7 @@ def compare(name: str, got: torch.Tensor, golden: torch.Tensor, rtol: float, ato
         max_rel_at=_index(int(rel.argmax()), actual.shape),
         needed_atol=float((flat_diff - rtol * flat_mag).clamp_min(0).max()),
         needed_rtol=needed_rtol,
+        exact=got.dtype == torch.bool,
     )
 
 

@@ -306,3 +306,11 @@ def test_a_golden_file_from_before_the_snapshot_lists_still_matches_and_update_r
         "cpu/logits.aux": ["cpu/logits.aux[0]", "cpu/logits.aux[1]"],
     }
     assert GoldenOutputs(path, missing="fail").check("logits", torch.ones(2), user_name=True) == "matched"
+
+
+def test_a_boolean_mismatch_suggests_no_tolerance() -> None:
+    diff = compare("mask", torch.tensor([True, False, True]), torch.tensor([True, True, True]), rtol=0, atol=0)
+    assert diff is not None and diff.beyond == 1
+    assert diff.lines(0, 0)[1] == "  booleans compare exactly: no tolerance passes"
+    counts = compare("count", torch.tensor([1, 5]), torch.tensor([1, 2]), rtol=0, atol=0)
+    assert counts is not None and "passes with atol >= 3" in counts.lines(0, 0)[1]  # integers do take an atol
