@@ -179,6 +179,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     settings = config.stash[settings_key]
     if not settings.enabled:
+        if settings.json_path is not None and config.getoption("aoti_benchmark_json") is not None:
+            return "aoti benchmarks: off; --aoti-benchmark-json writes nothing without --aoti-benchmark"
         return None
     action = "recording baselines" if settings.update else "judging against baselines"
     return (
