@@ -5,6 +5,7 @@ of each test. Registered in every role (parent, xdist worker, child)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,9 +146,27 @@ def _builder(
     observers = config.stash.get(call_observers_key, NO_OBSERVERS)
     feature_keywords = {name for names in config.hook.pytest_aoti_build_options(config=config) for name in names or ()}
 
+    # The keywords a test may pass: the core's own (not the ones the fixture fills in) and the features'.
+    internal = {"model", "args", "kwargs", "package_dir", "cache", "observers", "on_matched"}
+    parameters = inspect.signature(core).parameters
+    own = {name for name, parameter in parameters.items() if parameter.kind is not parameter.VAR_KEYWORD}
+    if len(own) < len(parameters):  # check_model hands the rest to compile_model
+        from pytest_aoti.core.compiler import compile_model
+
+        own |= set(inspect.signature(compile_model).parameters)
+    accepted = (own | feature_keywords) - internal
+    fixture_name = "aoti_check" if compares_with_eager else "aoti_compile"
+
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
         __tracebackhide__ = True
+        unknown = sorted(set(options) - accepted)
+        if unknown:
+            raise TypeError(
+                f"{fixture_name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
+                f"{', '.join(sorted(accepted))} (options such as probe_dims= or threads= belong to markers: "
+                "pytest --markers lists them)"
+            )
         options = _with_defaults(options, device, allow_nonfinite, restride_inputs, allow_out_of_range)
         feature_options = {name: options.pop(name) for name in list(options) if name in feature_keywords}
         module = as_module(model).to(device)

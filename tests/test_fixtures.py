@@ -196,6 +196,19 @@ def test_python_int_output(aoti_check):
     aoti_check(IntOutput(), (torch.randn(3),))
 
 
+class SizeOutput(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, x.shape[0]
+
+
+def test_symbolic_int_output(aoti_check):
+    aoti_check(SizeOutput(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=1, max=16)}})
+
+
+def test_a_marker_option_given_to_the_fixture(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),), probe_dims=True)
+
+
 def test_bad_inductor_config_value(aoti_compile):
     aoti_compile(MLP(), (torch.randn(4, 8),), inductor_configs={"max_autotune": "yes"})
 
@@ -296,7 +309,7 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     result = run_pytest("-p", "no:logging", "-rA")
     # Loaded packages are released at the end of each test and extracted under pytest's tmp dirs: nothing in TMPDIR.
     assert left_behind(watched_tmpdir) == []
-    result.assert_outcomes(passed=13, failed=26)
+    result.assert_outcomes(passed=13, failed=28)
 
     # Unbounded dims of every form, and a dim derived from one, compile, check and run.
     for form in ("unbounded", "AUTO"):
@@ -378,6 +391,12 @@ def test_invariants_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunP
     )
     assert "output 1 is a Python int (3), not a tensor: an AOTI package returns tensors only" in failure_section(
         result, "test_python_int_output"
+    )
+    assert "output 1 is a symbolic int (a size of a dynamic dim, such as x.shape[0]), not a tensor" in (
+        failure_section(result, "test_symbolic_int_output")
+    )
+    assert "aoti_check() got unexpected keyword argument(s) 'probe_dims'; it takes " in (
+        failure_section(result, "test_a_marker_option_given_to_the_fixture")
     )
     assert "inductor_configs['max_autotune']: expected a bool (the default is False), got str 'yes'" in failure_section(
         result, "test_bad_inductor_config_value"

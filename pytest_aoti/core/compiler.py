@@ -576,6 +576,14 @@ def _check_tensor_outputs(exported: ExportedProgram) -> None:
                 f"output {number} is a Python {type(value).__name__} ({value!r}), not a tensor: an AOTI package "
                 "returns tensors only (and None); return torch.tensor(...) instead"
             )
+        kind = type(output.arg).__name__  # SymIntArgument, SymFloatArgument, SymBoolArgument
+        if kind.startswith("Sym"):
+            scalar = kind.removeprefix("Sym").removesuffix("Argument").lower()
+            raise AOTIExportError(
+                f"output {number} is a symbolic {scalar} (a size of a dynamic dim, such as x.shape[0]), not a "
+                f"tensor: eager returns a Python {scalar} and the package a 0-dim tensor, so the two cannot be "
+                "compared as one output; return torch.tensor(...) of it, or compute it outside the model"
+            )
 
 
 def copied_inputs(value: Any) -> Any:
@@ -794,8 +802,20 @@ def _draws(node: torch.fx.Node, target: OpOverload) -> bool:
     return all(values[name] != 0 for name in ("p", "dropout_p") if name in values)
 
 
+# The random ops that eval() turns off: dropout's family. Other draws (torch.randn in forward) stay in eval mode.
+_TRAINING_ONLY_RANDOM = ("dropout", "bernoulli", "rrelu")
+
+
 def _random_explanation(random_ops: tuple[str, ...], module: torch.nn.Module) -> str:
-    training = " The model is in training mode: call model.eval() before aoti_check." if module.training else ""
+    if not all(any(name in op for name in _TRAINING_ONLY_RANDOM) for op in random_ops):
+        training = (
+            " model.eval() does not remove such a draw: pass the noise in as an input, or check these outputs by "
+            "their statistics in the test."
+        )
+    elif module.training:
+        training = " The model is in training mode: call model.eval() before aoti_check."
+    else:
+        training = ""
     return (
         f"The exported graph draws random numbers: {', '.join(random_ops)}. The package and eager draw different "
         "ones (Inductor has its own generator), so this comparison cannot tell a wrong kernel from different "
