@@ -121,6 +121,30 @@ def _moved(value: Any, device: torch.device) -> Any:
     return pytree.tree_map(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, value)
 
 
+def _accepted_keywords(core: Callable[..., CompiledModel], feature_keywords: set[str]) -> set[str]:
+    """The keywords a test may pass a compile fixture: the core's own (not the ones the fixture fills in) and the
+    features' (``pytest_aoti_build_options``)."""
+    internal = {"model", "args", "kwargs", "package_dir", "cache", "observers", "on_matched"}
+    parameters = inspect.signature(core).parameters
+    own = {name for name, parameter in parameters.items() if parameter.kind is not parameter.VAR_KEYWORD}
+    if len(own) < len(parameters):  # check_model hands the rest to compile_model
+        from pytest_aoti.core.compiler import compile_model
+
+        own |= set(inspect.signature(compile_model).parameters)
+    return (own | feature_keywords) - internal
+
+
+def _refuse_unknown_keywords(fixture_name: str, options: dict[str, Any], accepted: set[str]) -> None:
+    __tracebackhide__ = True
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"{fixture_name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(sorted(accepted))} (options such as probe_dims= or threads= belong to markers: "
+            "pytest --markers lists them)"
+        )
+
+
 def _builder(
     core: Callable[..., CompiledModel],
     config: pytest.Config,
@@ -145,28 +169,12 @@ def _builder(
     cache = session_cache(config)
     observers = config.stash.get(call_observers_key, NO_OBSERVERS)
     feature_keywords = {name for names in config.hook.pytest_aoti_build_options(config=config) for name in names or ()}
-
-    # The keywords a test may pass: the core's own (not the ones the fixture fills in) and the features'.
-    internal = {"model", "args", "kwargs", "package_dir", "cache", "observers", "on_matched"}
-    parameters = inspect.signature(core).parameters
-    own = {name for name, parameter in parameters.items() if parameter.kind is not parameter.VAR_KEYWORD}
-    if len(own) < len(parameters):  # check_model hands the rest to compile_model
-        from pytest_aoti.core.compiler import compile_model
-
-        own |= set(inspect.signature(compile_model).parameters)
-    accepted = (own | feature_keywords) - internal
-    fixture_name = "aoti_check" if compares_with_eager else "aoti_compile"
+    accepted = _accepted_keywords(core, feature_keywords)
 
     @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
         __tracebackhide__ = True
-        unknown = sorted(set(options) - accepted)
-        if unknown:
-            raise TypeError(
-                f"{fixture_name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
-                f"{', '.join(sorted(accepted))} (options such as probe_dims= or threads= belong to markers: "
-                "pytest --markers lists them)"
-            )
+        _refuse_unknown_keywords("aoti_check" if compares_with_eager else "aoti_compile", options, accepted)
         options = _with_defaults(options, device, allow_nonfinite, restride_inputs, allow_out_of_range)
         feature_options = {name: options.pop(name) for name in list(options) if name in feature_keywords}
         module = as_module(model).to(device)
@@ -183,14 +191,9 @@ def _builder(
             options["on_matched"] = _matched_outputs_hook(config, request, MatchedOutputs)
 
         def build_and_load() -> CompiledModel:
+            moved_args, moved_kwargs = _moved(args, device), _moved(kwargs, device)
             return core(
-                module,
-                _moved(args, device),
-                _moved(kwargs, device),
-                package_dir=package_dir,
-                cache=cache,
-                observers=observers,
-                **options,
+                module, moved_args, moved_kwargs, package_dir=package_dir, cache=cache, observers=observers, **options
             )
 
         compiled: CompiledModel = config.hook.pytest_aoti_build(config=config, request=request, build=build_and_load)
