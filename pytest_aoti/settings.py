@@ -10,6 +10,7 @@ import inspect
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,9 +255,9 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
         ) from None
     if parsed.get("password"):
         register_password(str(parsed["password"]))
-    scheme, _, rest = url.partition("://")
-    db_path = rest.rpartition("@")[2].partition("?")[0].partition("/")[2] if scheme != "unix" else ""
-    if db_path and not db_path.isdigit():  # redis-py would quietly use db 0
+    # The database as redis-py reads it (the URL's path), which quietly becomes db 0 when it is not a number.
+    db_path = urllib.parse.urlsplit(url).path.strip("/") if not url.startswith("unix://") else ""
+    if db_path and not db_path.isdigit():
         raise pytest.UsageError(
             f"{source}: {redact(url)!r}: the database after the host is {db_path!r}; expected a number"
         )

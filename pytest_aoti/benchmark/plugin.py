@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV, Stage
+from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +112,7 @@ def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok
 def _json_target(config: pytest.Config) -> Path | None:
     """``--aoti-benchmark-json``: a path from the command line is relative to where pytest started, from the ini
     file to the rootdir. A target that cannot be written is a usage error now, not a traceback after the tests."""
-    from pytest_aoti.core.report_files import shared_with, target_path, write_problem
+    from pytest_aoti.core.report_files import report_target_problem, target_path
 
     raw, source, from_cli = _value(config, "json")
     if not raw.strip():
@@ -120,14 +120,11 @@ def _json_target(config: pytest.Config) -> Path | None:
     path = target_path(raw, config.invocation_params.dir if from_cli else config.rootpath)
     if path.is_dir():
         raise pytest.UsageError(f"{source}: {path} is a directory; expected the path of a JSON file to write")
-    problem = write_problem(path)
-    if problem is not None:
-        raise pytest.UsageError(f"{source}: {problem}")
-    other = shared_with(
+    problem = report_target_problem(
         path, "aoti_benchmark_json", lambda dest: config.getoption(dest, None), config.invocation_params.dir
     )
-    if other is not None:
-        raise pytest.UsageError(f"{source}: {path} is also {other}'s file; give each report a file of its own")
+    if problem is not None:
+        raise pytest.UsageError(f"{source}: {problem}")
     return path
 
 
@@ -144,7 +141,7 @@ def _kept_runs(config: pytest.Config) -> int:
 def resolve(config: pytest.Config) -> BenchmarkSettings:
     asked_to_update = bool(config.getoption("aoti_benchmark_update"))
     # A debug rerun (or its reproduce line, pasted) times a debug build: it never records a baseline run.
-    update = asked_to_update and os.environ.get(CHILD_ENV, "") in ("", Stage.ISOLATE)
+    update = asked_to_update and not in_debug_rerun()
     cli = config.getoption("aoti_benchmark")
     try:
         enabled = bool(cli if cli is not None else config.getini("aoti_benchmark")) or asked_to_update
@@ -239,13 +236,18 @@ def _baseline_file(item: pytest.Item) -> Path:
     return item.path.parent / BENCHMARK_DIR / f"{item.path.stem}.json"
 
 
+def _test_id(item: pytest.Item) -> str:
+    """The test's id within its file: the name of its first unnamed benchmark."""
+    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+
+
 def _benchmark_name(item: pytest.Item, name: Any) -> str:
     """The baseline entry of this call: the test's id for its first unnamed call, ``<id> [call N]`` for the Nth,
     ``<id> [name]`` for a named one. Two calls of one test never share an entry."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise TypeError(f"aoti_benchmark name: expected a non-empty string, got {type(name).__name__} {name!r}")
     used = item.stash.setdefault(names_key, set())
-    test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    test_id = _test_id(item)
     if name is not None:
         benchmark = f"{test_id} [{name}]"
     else:
@@ -445,13 +447,10 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "baseline_runs": judgment.baseline_runs,
         "comparison": judgment.text,
     }
-    # A run that was not judged shows no ratio: one read off a machine that moved past judging (0.01x when the
-    # calibration ran 100x slower) would read as a speed-up on a dashboard. The JSON record keeps the figures.
-    normalized = judgment.normalized if judgment.verdict.value != NOT_JUDGED else None
+    normalized = _shown_ratio(record)
     # A test's first (unnamed) benchmark gives the plain names; any other call names its benchmark in each, so that
     # two calls of one test give JUnit (and the page) two sets of figures, not one name twice.
-    test_id = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    of = "" if benchmark == test_id else f" ({benchmark})"
+    of = "" if benchmark == _test_id(item) else f" ({benchmark})"
     item.user_properties.extend(
         [
             (f"aoti_latency_ms{of}", f"{figures.median * 1e3:.4g}"),
@@ -511,10 +510,17 @@ class BenchmarkTracker:
                 reporter.write_line(f"--aoti-benchmark-json: could not write {target}: {error}", red=True)
 
 
+def _shown_ratio(record: dict[str, Any]) -> float | None:
+    """The normalized ratio to show (summary, JUnit), or None. A run that was not judged shows none: one read off a
+    machine that moved past judging (0.01x when the calibration ran 100x slower) would read as a speed-up on a
+    dashboard. The JSON record keeps the figures."""
+    return record["vs_baseline"] if record["baseline"] != NOT_JUDGED else None
+
+
 def summary_table(records: list[dict[str, Any]]) -> list[str]:
     rows = [("benchmark", "latency", "vs baseline", "vs eager", "load", "memory")]
     for record in records:
-        ratio = record["vs_baseline"] if record["baseline"] != NOT_JUDGED else None
+        ratio = _shown_ratio(record)
         rows.append(
             (
                 f"{record['test'].split('::', 1)[0]}::{record['benchmark']}",

@@ -51,3 +51,14 @@ def shared_with(path: Path, own_dest: str, option: Callable[[str], object], base
             if os.path.realpath(target_path(str(value), base)) == mine:
                 return flag
     return None
+
+
+def report_target_problem(path: Path, own_dest: str, option: Callable[[str], object], base: Path) -> str | None:
+    """Why the report ``own_dest`` cannot be written at ``path`` (it cannot be written there, or another report
+    writes it too); None when it can."""
+    problem = write_problem(path)
+    if problem is None:
+        other = shared_with(path, own_dest, option, base)
+        if other is not None:
+            problem = f"{path} is also {other}'s file; give each report a file of its own"
+    return problem

@@ -43,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def html_target(config: pytest.Config) -> Path | None:
     """Where ``--aoti-html`` (relative to the invocation dir) or the ini's ``aoti_html`` (relative to the ini file)
     puts the page; a usage error when that is a directory."""
-    from pytest_aoti.core.report_files import shared_with, target_path, write_problem
+    from pytest_aoti.core.report_files import report_target_problem, target_path
 
     cli = config.getoption("aoti_html")
     if cli is not None:
@@ -58,12 +58,11 @@ def html_target(config: pytest.Config) -> Path | None:
         where, path = "ini option aoti_html", target_path(ini, base)
     if path.is_dir():
         raise pytest.UsageError(f"{where}: {path} is a directory; give the path of the HTML file to write")
-    problem = write_problem(path)
+    problem = report_target_problem(
+        path, "aoti_html", lambda dest: config.getoption(dest, None), config.invocation_params.dir
+    )
     if problem is not None:
         raise pytest.UsageError(f"{where}: {problem}")
-    other = shared_with(path, "aoti_html", lambda dest: config.getoption(dest, None), config.invocation_params.dir)
-    if other is not None:
-        raise pytest.UsageError(f"{where}: {path} is also {other}'s file; give each report a file of its own")
     return path
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from pytest_aoti.core.figure_data import attach_figure_data
-from pytest_aoti.core.protocol import CHILD_ENV, Stage
+from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def goldens_of(item: pytest.Item) -> GoldenOutputs:
         from pytest_aoti.snapshots.golden import GoldenOutputs
 
         settings = item.config.stash[settings_key]
-        debug_rerun = os.environ.get(CHILD_ENV, "") not in ("", Stage.ISOLATE)
+        debug_rerun = in_debug_rerun()
         item.stash[goldens_key] = GoldenOutputs(
             path=snapshot_path(item.path, _test_id(item.nodeid)),
             missing="skip" if debug_rerun else settings.missing,
