@@ -281,6 +281,8 @@ def print_table(options: argparse.Namespace, package_ms: float, recorded: int, r
     )
     print(f"{'setting':<28} {'failed':>8} {'not judged':>10} {'normalized ratio (min-median-max)':>34} {'s/run':>6}")
     for row in rows:
+        if not row.runs:  # a setting asked for with no runs (--true-runs 0)
+            continue
         ratios = sorted(row.ratios)
         spread = f"{ratios[0]:.2f}-{statistics.median(ratios):.2f}-{ratios[-1]:.2f}" if ratios else "-"
         target = "0" if row.label.startswith("unchanged") else str(row.runs)
