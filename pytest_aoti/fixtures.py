@@ -14,7 +14,7 @@ import pytest
 
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, failure_kind
 from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
-from pytest_aoti.settings import item_settings, settings_key
+from pytest_aoti.settings import item_settings, session_temp_key, settings_key
 
 if TYPE_CHECKING:
     import torch
@@ -70,10 +70,14 @@ device_property_key = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
-def aoti_device(pytestconfig: pytest.Config) -> torch.device:
+def aoti_device(request: pytest.FixtureRequest) -> torch.device:
     """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``; under xdist, ``auto`` gives each
     worker its own GPU. It is also made the current CUDA device, so a test's plain ``"cuda"`` tensors land there."""
     from pytest_aoti.core.devices import workerid
+
+    pytestconfig = request.config
+    if pytestconfig.pluginmanager.has_plugin("tmpdir"):  # every aoti fixture starts here: see session_temp_key
+        pytestconfig.stash[session_temp_key] = request.getfixturevalue("tmp_path_factory")
 
     device = resolve_device(pytestconfig.stash[settings_key].device, workerid(pytestconfig))
     shown = str(device)

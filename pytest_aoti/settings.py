@@ -516,6 +516,9 @@ def _isolate_timeout(marked: float | None, debug: DebugRequest | None, settings:
 
 
 settings_key = pytest.StashKey[Settings]()
+# pytest's session TempPathFactory, which pytest hands out only to fixtures: aoti_device stashes it for the debug
+# rerun, which keeps its children's logs under the session's basetemp (pytest's retention policy applies there).
+session_temp_key = pytest.StashKey[pytest.TempPathFactory]()
 _item_settings_key = pytest.StashKey[ItemSettings]()
 
 

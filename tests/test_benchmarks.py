@@ -69,8 +69,9 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         recorded = run_pytest("--aoti-benchmark-update", *QUICK, "test_speed.py::test_speed")
         recorded.assert_outcomes(passed=1)
         recorded.stdout.fnmatch_lines(
-            ["test_speed: baseline run recorded in *test_speed.json (* of 5 kept for cpu: *)"]
+            ["test_speed: baseline run recorded in *test_speed.json (* of 5 kept for cpu: *, 1 thread)"]
         )
+    recorded.stdout.fnmatch_lines(["aoti benchmarks: recording baselines (*, CPU timed on 1 thread)"])
     path = pytester.path / "__aoti_benchmarks__" / "test_speed.json"
     entries = json.loads(path.read_text())["tests"]
     assert set(entries) == {"test_speed", "test_speed [call 2]"}  # two calls, two entries
@@ -92,6 +93,17 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     assert "aoti_figure_data" in properties  # block times now and per baseline run, for the pictures plugin
     # The second call's figures under names of their own: two calls are never one property name twice.
     assert {"aoti_latency_ms (test_speed [call 2])", "aoti_vs_baseline (test_speed [call 2])"} <= set(properties)
+    assert json.loads(str(properties["aoti_benchmark"]))["threads"] == 1
+
+    # The package as compiled, on all threads: a baseline timed on one thread is another machine's, never compared.
+    all_threads = run_pytest(
+        "--aoti-benchmark", *QUICK, "--aoti-benchmark-cpu-threads=all", "test_speed.py::test_speed"
+    )
+    all_threads.assert_outcomes(passed=1)
+    all_threads.stdout.fnmatch_lines(
+        ["aoti benchmarks: judging against baselines (*, CPU timed on all threads)",
+         "test_speed: not judged: baselines only for other machines (cpu: * x*, 1 thread); this is cpu: * x[0-9]"]
+    )  # fmt: skip
 
     _planted_slowdown(path)
     update_lock = path.with_name(f".{path.name}.lock")
@@ -116,8 +128,12 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         [f"*{path}: expected a JSON object with 'format' and 'tests', got NoneType None; fix it, or delete it and "
          "record again with --aoti-benchmark-update"]
     )  # fmt: skip
-    assert malformed.stdout.str().count("expected a JSON object with 'format'") == 1  # once, not chained
+    # Once, not chained. Only the failure section counts: the short summary repeats the message when the terminal is
+    # wide enough (CI's is), which says nothing about chaining.
+    failure_section = malformed.stdout.str().split("short test summary info")[0]
+    assert failure_section.count("expected a JSON object with 'format'") == 1
     assert "During handling of the above exception" not in malformed.stdout.str()
+    assert "The above exception was the direct cause" not in malformed.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -129,8 +145,13 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         (("--aoti-benchmark-runs=1",), "--aoti-benchmark-runs: a baseline keeps at least 2 runs (*), got 1"),
         (("--aoti-benchmark-tolerance=-1",), "--aoti-benchmark-tolerance: expected a fraction >= 0 (0.1 = 10 %) *"),
         (("--aoti-benchmark-clock=cpu",), "*unrecognized arguments: --aoti-benchmark-clock=cpu*"),
+        (("--aoti-benchmark-cpu-threads=0",), "--aoti-benchmark-cpu-threads: expected a whole number of threads or "
+                                              "'all' of at most 1024, got '0'"),
+        (("--aoti-benchmark-cpu-threads=two",), "--aoti-benchmark-cpu-threads: expected a whole number of threads or "
+                                                "'all', got 'two'"),
     ],
-    ids=["json to a directory", "json under a file", "one run kept", "negative tolerance", "no clock option"],
+    ids=["json to a directory", "json under a file", "one run kept", "negative tolerance", "no clock option",
+         "no threads", "threads not a number"],
 )  # fmt: skip
 def test_bad_benchmark_options_are_usage_errors_at_start(
     pytester: pytest.Pytester, run_pytest: RunPytest, args: tuple[str, ...], error: str

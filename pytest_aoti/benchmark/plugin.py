@@ -54,6 +54,11 @@ TOLERANCE_DESC = (
 MIN_TIME_DESC = "seconds each side (package, eager, calibration) of a benchmark is timed for at least (default 1)"
 RUNS_DESC = f"runs per machine a baseline keeps; a benchmark is judged against them (default {DEFAULT_KEPT_RUNS})"
 JSON_DESC = "write every benchmark's figures and judgment to this JSON file (for dashboards)"
+CPU_THREADS_DESC = (
+    "threads a CPU benchmark is timed on (default 1): its package is compiled with cpp.threads at that count, and "
+    "eager and the calibration run on as many; 'all' times the package as compiled, on all of torch's threads"
+)
+MAX_CPU_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,9 @@ class BenchmarkSettings:
     min_time: float = 1.0
     kept_runs: int = DEFAULT_KEPT_RUNS
     json_path: Path | None = None
+    # CPU benchmarks timed on this many threads (None: the package as compiled). On a shared CPU runner a
+    # multi-threaded package's blocks wait for descheduled OpenMP peers; one thread slows in step with the calibration.
+    cpu_threads: int | None = 1
     run_id: str = ""  # this pytest run's, shared by its xdist workers: a run replaces its own earlier record
 
 
@@ -83,6 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("min-time", MIN_TIME_DESC, "1"),
         ("runs", RUNS_DESC, str(DEFAULT_KEPT_RUNS)),
         ("json", JSON_DESC, ""),
+        ("cpu-threads", CPU_THREADS_DESC, "1"),
     ):
         dest = f"aoti_benchmark_{name.replace('-', '_')}"
         group.addoption(f"--aoti-benchmark-{name}", default=None, dest=dest, metavar=name.upper(), help=help_text)
@@ -138,6 +147,14 @@ def _kept_runs(config: pytest.Config) -> int:
     return kept
 
 
+def _cpu_threads(config: pytest.Config) -> int | None:
+    raw = _value(config, "cpu-threads")[0]
+    if raw.strip().lower() == "all":
+        return None
+    what = "a whole number of threads or 'all'"
+    return int(_number(config, "cpu-threads", what, most=MAX_CPU_THREADS, zero_ok=False, whole=True))
+
+
 def resolve(config: pytest.Config) -> BenchmarkSettings:
     asked_to_update = bool(config.getoption("aoti_benchmark_update"))
     # A debug rerun (or its reproduce line, pasted) times a debug build: it never records a baseline run.
@@ -155,6 +172,7 @@ def resolve(config: pytest.Config) -> BenchmarkSettings:
         min_time=_number(config, "min-time", "seconds above 0", most=3600, zero_ok=False),
         kept_runs=_kept_runs(config),
         json_path=_json_target(config),
+        cpu_threads=_cpu_threads(config),
         run_id=str(workerinput["testrunuid"]) if workerinput else uuid.uuid4().hex,
     )
 
@@ -180,10 +198,15 @@ def pytest_report_header(config: pytest.Config) -> str | None:
             return "aoti benchmarks: off; --aoti-benchmark-json writes nothing without --aoti-benchmark"
         return None
     action = "recording baselines" if settings.update else "judging against baselines"
+    threads = "all threads" if settings.cpu_threads is None else f"{_threads(settings.cpu_threads)}"
     return (
         f"aoti benchmarks: {action} (tolerance {settings.tolerance:g}, {settings.kept_runs} runs kept per machine, "
-        f"min time {settings.min_time:g} s per side)"
+        f"min time {settings.min_time:g} s per side, CPU timed on {threads})"
     )
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread" + ("" if count == 1 else "s")
 
 
 @dataclass(eq=False)  # a plugin object: pluggy keeps plugins in sets, by identity
@@ -297,8 +320,11 @@ def aoti_benchmark(
         if own_time == 0:  # not "the default": a measurement of no time judges nothing (--aoti-benchmark-min-time too)
             raise ValueError("aoti_benchmark min_run_time: expected seconds above 0, got 0")
         run_time = settings.min_time if own_time is None else own_time
+        threads = settings.cpu_threads if aoti_device.type == "cpu" else None
+        if threads is not None:  # the package as compiled, but for its thread count (CPU_THREADS_DESC)
+            options["inductor_configs"] = {**(options.get("inductor_configs") or {}), "cpp.threads": threads}
         compiled = aoti_compile(model, args, kwargs, **options)
-        figures = _measure(request.config, compiled, model, args, kwargs, tmp_path, run_time)
+        figures = _measure(request.config, compiled, model, args, kwargs, tmp_path, run_time, threads)
         tolerance_used = settings.tolerance if allowed is None else allowed
         judgment = _against_baseline(item, benchmark, figures, compiled, tolerance_used, run_time)
         return _judged(item, benchmark, figures, judgment)
@@ -314,8 +340,10 @@ def _measure(
     kwargs: dict[str, Any] | None,
     tmp_path: Path,
     min_run_time: float,
+    threads: int | None,
 ) -> Figures:
-    """The package (loaded afresh, its load timed), eager and the calibration, timed under the device lock."""
+    """The package (loaded afresh, its load timed), eager and the calibration, timed under the device lock (on
+    ``threads`` CPU threads, if given)."""
     import torch.utils._pytree as pytree
 
     from pytest_aoti.benchmark import timing
@@ -335,6 +363,7 @@ def _measure(
             package=compiled.package_path,
             device=device,
             min_run_time=min_run_time,
+            threads=threads,
         )
 
 
@@ -358,7 +387,7 @@ def _against_baseline(
 
     settings = item.config.stash[settings_key]
     run = rule.Run.of(figures, torch=torch.__version__, package_key=_package_key(compiled), run_id=settings.run_id)
-    path, machine = _baseline_file(item), timing.machine(compiled.device)
+    path, machine = _baseline_file(item), timing.machine(compiled.device, figures.threads)
     unusable: str | None = None
     try:
         if settings.update:
@@ -429,6 +458,7 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "test": item.nodeid,
         "benchmark": benchmark,
         "device": figures.device,
+        "threads": figures.threads,
         "median_s": figures.median,
         "fastest_s": min(figures.package),
         "iqr_s": figures.iqr,

@@ -8,11 +8,12 @@ Also what loading the package cost (time, memory) and the machine's description,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ class Figures:
     run_memory_bytes: int | None  # CUDA: peak allocated by one call; CPU: not measured (None)
     package_bytes: int
     device: str
+    threads: int | None = None  # CPU threads the sides ran on; None: torch's default (and the package as compiled)
 
     @property
     def median(self) -> float:
@@ -137,9 +139,37 @@ def measure(
     package: Path,
     device: torch.device,
     min_run_time: float,
+    threads: int | None = None,
 ) -> Figures:
     """``load()`` loads the package (timed and measured for memory), ``run(runner)`` calls it once, ``eager()``
-    calls the model; the three sides are then timed in interleaved blocks (:func:`interleaved`)."""
+    calls the model; the three sides are then timed in interleaved blocks (:func:`interleaved`), on ``threads``
+    CPU threads if given (torch's intra-op threads: eager, the calibration and the package's ATen calls; the
+    package's own kernels have their count compiled in)."""
+    with _cpu_threads(threads):
+        return _measured(load, run, eager, package=package, device=device, min_run_time=min_run_time, threads=threads)
+
+
+@contextlib.contextmanager
+def _cpu_threads(threads: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measured(
+    load: Callable[[], Any],
+    run: Callable[[Any], Any],
+    eager: Callable[[], Any],
+    *,
+    package: Path,
+    device: torch.device,
+    min_run_time: float,
+    threads: int | None,
+) -> Figures:
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
@@ -165,6 +195,7 @@ def measure(
         run_memory_bytes=run_memory,
         package_bytes=package.stat().st_size,
         device=str(device),
+        threads=threads,
     )
 
 
@@ -180,13 +211,14 @@ def _run_memory(runner: Any, run: Callable[[Any], Any], device: torch.device) ->
     return int(torch.cuda.max_memory_allocated(device) - before)
 
 
-def machine(device: torch.device) -> str:
-    """The baselines' key: what the timings depend on that a commit does not change (the GPU, or the CPU model and
-    its core count)."""
+def machine(device: torch.device, threads: int | None = None) -> str:
+    """The baselines' key: what the timings depend on that a commit does not change (the GPU, or the CPU model, its
+    core count and the threads the benchmark was timed on)."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         return f"cuda: {torch.cuda.get_device_name(index)} (sm_{major}{minor})"
     from pytest_aoti.core.environment import cpu_description
 
-    return f"cpu: {cpu_description()[0]} x{os.cpu_count()}"
+    timed_on = "" if threads is None else f", {threads} thread" + ("" if threads == 1 else "s")
+    return f"cpu: {cpu_description()[0]} x{os.cpu_count()}{timed_on}"

@@ -8,13 +8,16 @@ its test, and how a crash becomes reports, is :mod:`pytest_aoti.debug.crash_rout
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import getpass
 import os
 import re
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Generator
 from pathlib import Path
@@ -39,7 +42,7 @@ from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render,
 from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.debug.verdict import PublicVerdict
-from pytest_aoti.settings import DebugRequest, Settings, item_settings, settings_key, uses_aoti
+from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_temp_key, settings_key, uses_aoti
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
@@ -49,18 +52,51 @@ HOOK_ERROR_TITLE = "aoti verdict hook error"
 
 
 def children_dir(config: pytest.Config) -> Path:
-    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies."""
+    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies. pytest
+    hands its session TempPathFactory only to fixtures; ``aoti_device``, where every aoti fixture starts, stashes it.
+    A session whose first aoti test ran isolated has set up no fixture here yet: its children use a directory of
+    pytest-aoti's own (:func:`own_children_dir`)."""
     if children_dir_key not in config.stash:
-        # pytest creates the session's TempPathFactory at configure time; there is no public handle on it outside
-        # fixtures, and the isolated test never reaches its fixtures in this process.
-        factory = getattr(config, "_tmp_path_factory", None)
+        factory = config.stash.get(session_temp_key, None)
         if factory is not None:
             config.stash[children_dir_key] = factory.mktemp("aoti-children", numbered=False)
+        elif config.pluginmanager.has_plugin("tmpdir"):
+            config.stash[children_dir_key] = own_children_dir(Path(tempfile.gettempdir()))
         else:  # -p no:tmpdir: the user keeps no temp files; the header says logs and bundles go at the end
             path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
             config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
             config.stash[children_dir_key] = path
     return config.stash[children_dir_key]
+
+
+OWN_DIR_KEPT_SECONDS = 7 * 24 * 3600
+
+
+def own_children_dir(temp_root: Path, now: float | None = None) -> Path:
+    """A new ``children-*`` directory under ``<temp_root>/pytest-aoti-of-<user>``. Those of earlier sessions are
+    removed after a week: by age, not by count, because sessions running at the same time (xdist runs, CI jobs on one
+    host) each hold one. A base directory that is not this user's own, or is a link, is not used (another user
+    could read or plant files there): then a fresh private temp directory."""
+    base = temp_root / f"pytest-aoti-of-{_user()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        if base.is_symlink() or base.stat().st_uid != os.getuid():
+            raise PermissionError(f"{base} is not this user's own directory")
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="pytest-aoti-children-", dir=temp_root))
+    cutoff = (time.time() if now is None else now) - OWN_DIR_KEPT_SECONDS
+    for old in base.glob("children-*"):
+        with contextlib.suppress(OSError):
+            if old.is_dir() and not old.is_symlink() and old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix="children-", dir=base))
+
+
+def _user() -> str:
+    try:
+        return re.sub(r"[^\w.-]+", "_", getpass.getuser())
+    except (OSError, KeyError, ImportError):  # no user name in a container: the uid names the directory
+        return str(os.getuid())
 
 
 def _workdir(config: pytest.Config, nodeid: str) -> Path:
