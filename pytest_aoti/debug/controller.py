@@ -23,7 +23,7 @@ from pytest_aoti.debug.crash_route import (
     record_of,
 )
 from pytest_aoti.debug.in_order import InOrderScheduling
-from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted
+from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted, workers_basetemp_key
 from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
 from pytest_aoti.settings import DebugRequest
 
@@ -82,6 +82,8 @@ class XdistController:
         record = record_of(report)
         if record.debug_request is not None:
             self.armed[report.nodeid] = record.debug_request
+        if record.temp_root is not None:
+            self.config.stash.setdefault(workers_basetemp_key, record.temp_root)
         if report.when == "setup" and record.device is not None:
             self.devices[report.nodeid] = record.device
         elif report.when == "teardown":

@@ -49,7 +49,9 @@ class ReportRecord:
     ``verdict``: the rendered verdict's summary, for the ``aoti`` terminal summary.
     ``crashed``: a report the controller made for a test that crashed its worker.
     ``cache_stats``: on an xdist worker's teardown report, the worker's package-cache statistics so far (the
-    controller keeps each worker's last: a worker that crashes sends no ``workeroutput`` at its end)."""
+    controller keeps each worker's last: a worker that crashes sends no ``workeroutput`` at its end).
+    ``temp_root``: beside ``debug_request``, the controller's basetemp as the worker knows it (its ``--basetemp``'s
+    parent): where the controller keeps the logs of the debug rerun it runs should the worker crash."""
 
     failure_kind: str | None = None
     reached_aoti: bool = True
@@ -59,6 +61,7 @@ class ReportRecord:
     verdict: VerdictSummary | None = None
     crashed: bool = False
     cache_stats: dict[str, Any] | None = None
+    temp_root: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)  # plain dicts, lists and strs: what execnet carries

@@ -46,27 +46,48 @@ from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
+workers_basetemp_key = pytest.StashKey[str]()  # on an xdist controller: its basetemp, as a worker's report named it
 interrupted_key = pytest.StashKey[bool]()
 verdict_properties_key = pytest.StashKey[list[tuple[str, object]]]()  # a test's, for its teardown report
 HOOK_ERROR_TITLE = "aoti verdict hook error"
 
 
 def children_dir(config: pytest.Config) -> Path:
-    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies. pytest
-    hands its session TempPathFactory only to fixtures; ``aoti_device``, where every aoti fixture starts, stashes it.
-    A session whose first aoti test ran isolated has set up no fixture here yet: its children use a directory of
-    pytest-aoti's own (:func:`own_children_dir`)."""
+    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies.
+
+    pytest hands its session TempPathFactory only to fixtures, and creates (and first empties) the basetemp when one
+    first asks for it. So, by what this process knows:
+
+    - a fixture ran: ``aoti_device``, where every aoti fixture starts, stashed the factory;
+    - an xdist worker: its controller created its basetemp before starting it (the worker's ``--basetemp``'s parent);
+    - an xdist controller (its workers run the fixtures): the basetemp a worker's setup report named (``temp_root``);
+    - else (a plain session whose aoti tests so far ran isolated): a directory of pytest-aoti's own
+      (:func:`own_children_dir`); with ``-p no:tmpdir``, a temp dir removed at the end (the header says so).
+    """
     if children_dir_key not in config.stash:
         factory = config.stash.get(session_temp_key, None)
+        controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
         if factory is not None:
-            config.stash[children_dir_key] = factory.mktemp("aoti-children", numbered=False)
+            path = factory.mktemp("aoti-children", numbered=False)
+        elif controller_basetemp is not None:
+            worker = getattr(config, "workerinput", {}).get("workerid")
+            path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
+            path.mkdir(mode=0o700, exist_ok=True)
         elif config.pluginmanager.has_plugin("tmpdir"):
-            config.stash[children_dir_key] = own_children_dir(Path(tempfile.gettempdir()))
-        else:  # -p no:tmpdir: the user keeps no temp files; the header says logs and bundles go at the end
+            path = own_children_dir(Path(tempfile.gettempdir()))
+        else:
             path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
             config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
-            config.stash[children_dir_key] = path
+        config.stash[children_dir_key] = path
     return config.stash[children_dir_key]
+
+
+def _controller_basetemp(config: pytest.Config) -> str | None:
+    """On an xdist worker, its controller's basetemp: xdist gives each worker ``--basetemp=<it>/popen-gwN``."""
+    basetemp = config.getoption("basetemp", None)
+    if not hasattr(config, "workerinput") or not basetemp:
+        return None
+    return str(Path(basetemp).parent)
 
 
 OWN_DIR_KEPT_SECONDS = 7 * 24 * 3600
@@ -266,8 +287,9 @@ class ParentSession:
         stamp_test_report(item, report, call.excinfo)
         request = item_settings(item).debug
         if request is not None and report.when == "setup":
-            # Tells an xdist controller, should this worker crash, that the test wants a debug rerun.
-            stamp(report, debug_request=request)
+            # Tells an xdist controller, should this worker crash, that the test wants a debug rerun, and where its
+            # basetemp is (see children_dir).
+            stamp(report, debug_request=request, temp_root=_controller_basetemp(self.config))
         if report.failed and report.when in ("setup", "call"):
             self._check_cuda_context(item, report)
             if request is not None:

@@ -1,15 +1,21 @@
-"""Where a session's debug children keep their logs when pytest's basetemp is not known yet (the session's first aoti
-test ran isolated, so no aoti fixture has run in this process): a directory of pytest-aoti's own."""
+"""Where a session's debug children keep their logs (``children_dir``): under pytest's basetemp, found without a
+pytest private, by what each process knows; and the directory of pytest-aoti's own for a plain session whose aoti
+tests so far ran isolated (no aoti fixture has run in it, so pytest has not named its basetemp)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_aoti.debug.parent import OWN_DIR_KEPT_SECONDS, own_children_dir
+from pytest_aoti.debug.controller import XdistController
+from pytest_aoti.debug.crash_route import stamp
+from pytest_aoti.debug.parent import OWN_DIR_KEPT_SECONDS, children_dir, own_children_dir
+from pytest_aoti.settings import DebugRequest
 
 
 def test_each_session_gets_a_new_private_directory(tmp_path: Path) -> None:
@@ -53,3 +59,37 @@ def test_a_base_directory_of_another_user_is_not_used(tmp_path: Path) -> None:
     os.chown(own_base, 12345, 12345)
     path = own_children_dir(tmp_path)
     assert path.parent == tmp_path
+
+
+@pytest.fixture
+def config(pytester: pytest.Pytester, tmp_path: Path) -> Iterator[pytest.Config]:
+    config = pytester.parseconfigure("-p", "no:cacheprovider", "-p", "no:terminal", f"--basetemp={tmp_path}/popen-gw3")
+    yield config
+    config._ensure_unconfigure()
+
+
+def test_an_xdist_worker_keeps_them_in_its_controllers_basetemp(config: pytest.Config, tmp_path: Path) -> None:
+    config.workerinput = {"workerid": "gw3"}  # type: ignore[attr-defined]  # what xdist gives a worker's config
+    assert children_dir(config) == tmp_path / "aoti-children-gw3"
+    assert (tmp_path / "aoti-children-gw3").is_dir() and not (tmp_path / "popen-gw3").exists()  # pytest's to make
+
+
+def test_the_controller_keeps_them_in_the_basetemp_its_workers_name(config: pytest.Config, tmp_path: Path) -> None:
+    """The controller runs no fixture: a worker's setup report names the basetemp (the worker's --basetemp's
+    parent), and the controller reruns the tests that crash their worker under it."""
+    controller = XdistController(config, supervising=True)
+    config.pluginmanager.register(controller, "aoti-xdist-controller-under-test")
+    report = pytest.TestReport("test_user.py::test_crash", ("test_user.py", 3, "test_crash"), {}, "passed", None,
+                               "setup")  # type: ignore[arg-type]  # fmt: skip
+    stamp(report, debug_request=DebugRequest(timeout=60.0, env={}, kernels=(), stages=None), temp_root=str(tmp_path))
+    config.hook.pytest_runtest_logreport(report=report)
+    assert children_dir(config) == tmp_path / "aoti-children"
+
+
+def test_a_plain_session_before_any_fixture_uses_a_directory_of_its_own(
+    config: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    path = children_dir(config)
+    assert path.parent.parent == tmp_path / "tmp" and path.name.startswith("children-")

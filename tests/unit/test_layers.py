@@ -144,3 +144,31 @@ def test_private_torch_apis_are_reached_only_through_torch_private() -> None:
                 if underscored and not any(allowed in name for allowed in allowed_here):
                     found.append(f"{path.name}:{number}: {name}")
     assert not found, found
+
+
+# The pytest objects a plugin is handed; an underscored attribute of one is pytest's private (config._tmp_path_factory,
+# item._request, session._setupstate ...), which a pytest release may move without notice.
+_PYTEST_OBJECTS = {"config", "pytestconfig", "item", "session", "request", "report", "node", "terminalreporter"}
+
+
+def test_no_pytest_private_is_used() -> None:
+    """pytest-aoti uses what pytest documents: no ``_pytest`` import, no underscored attribute of a config, item,
+    session, request or report. The xdist and execnet internals still needed sit in ``debug/xdist_compat.py``,
+    behind its version guard."""
+    package = Path(__file__).parents[2] / "pytest_aoti"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = node.value
+                name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+                if name in _PYTEST_OBJECTS or (isinstance(name, str) and name.endswith("config")):
+                    found.append(f"{path.relative_to(package)}:{node.lineno}: {name}.{node.attr}")
+            modules = (
+                [node.module or ""] if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else []
+            )  # fmt: skip
+            where = f"{path.relative_to(package)}:{getattr(node, 'lineno', 0)}"
+            found += [f"{where}: import {module}" for module in modules if module.startswith("_pytest")]
+    assert not found, found
