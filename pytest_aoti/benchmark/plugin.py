@@ -324,12 +324,34 @@ def aoti_benchmark(
         if threads is not None:  # the package as compiled, but for its thread count (CPU_THREADS_DESC)
             options["inductor_configs"] = {**(options.get("inductor_configs") or {}), "cpp.threads": threads}
         compiled = aoti_compile(model, args, kwargs, **options)
-        figures = _measure(request.config, compiled, model, args, kwargs, tmp_path, run_time, threads)
         tolerance_used = settings.tolerance if allowed is None else allowed
+        figures = _measured_until_still(
+            lambda: _measure(request.config, compiled, model, args, kwargs, tmp_path, run_time, threads),
+            tolerance_used,
+        )
         judgment = _against_baseline(item, benchmark, figures, compiled, tolerance_used, run_time)
         return _judged(item, benchmark, figures, judgment)
 
     return bench
+
+
+def _measured_until_still(measure: Callable[[], Figures], tolerance: float) -> Figures:
+    """A measurement, taken once more if the machine changed under it (the calibration moved within the run), so
+    that a burst of other work on a shared runner costs a second measurement, not the judgment. Twice at most: a
+    machine that keeps changing is reported "not judged"."""
+    import dataclasses
+
+    import torch
+
+    from pytest_aoti.benchmark import rule, timing
+
+    def still(figures: Figures) -> bool:
+        run = rule.Run.of(figures, torch=torch.__version__, package_key=None, run_id="")
+        # Too few blocks is not cured by measuring again: the first measurement already ran to its time limit.
+        return len(run.calibration) < timing.MIN_BLOCKS or not rule.moved_within(run, tolerance)
+
+    first = measure()
+    return first if still(first) else dataclasses.replace(measure(), attempts=2)
 
 
 def _measure(
@@ -459,6 +481,7 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "benchmark": benchmark,
         "device": figures.device,
         "threads": figures.threads,
+        "attempts": figures.attempts,
         "median_s": figures.median,
         "fastest_s": min(figures.package),
         "iqr_s": figures.iqr,
@@ -496,10 +519,11 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
 
 
 def _describe(record: dict[str, Any]) -> str:
+    again = " (measured twice: the machine changed under the first measurement)" if record["attempts"] > 1 else ""
     return (
         f"median {record['median_s'] * 1e3:.3g} ms (IQR {record['iqr_s'] * 1e3:.2g} ms, {record['blocks']} blocks), "
         f"{record['speedup_vs_eager']:.2f}x eager, load {record['load_s'] * 1e3:.3g} ms, package "
-        f"{record['package_bytes'] / 2**20:.1f} MiB"
+        f"{record['package_bytes'] / 2**20:.1f} MiB{again}"
     )
 
 

@@ -13,8 +13,8 @@ process, and the spread between them is what a new run is held against. A run fa
   normalized latencies on a log scale (Student's t, SciPy: ``mean + t(0.99, k-1) * sd * sqrt(1 + 1/k)``).
 
 A run that cannot be judged says why and passes: too few blocks, a calibration that moved more than the tolerance
-within the run (first half against second half), or more than 4x (or 1 + the tolerance, if larger) since the
-baseline, no baseline, or a baseline of one run (no spread yet).
+within the run (first half against second half; the plugin measures once more first), or more than 4x (or 1 + the
+tolerance, if larger) since the baseline, no baseline, or a baseline of one run (no spread yet).
 """
 
 from __future__ import annotations
@@ -86,6 +86,13 @@ def calibration_drift(run: Run) -> float:
     return min(run.calibration[half:]) / min(run.calibration[:half])
 
 
+def moved_within(run: Run, tolerance: float) -> bool:
+    """Whether the machine changed under the measurement: the calibration moved more than the tolerance between the
+    run's halves. The one reason a run cannot be judged that measuring again may cure."""
+    drift = calibration_drift(run)
+    return max(drift, 1 / drift) > 1 + tolerance
+
+
 def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
     """Why this run says nothing about the package, whatever the baseline; None when it can be judged."""
     if len(run.package) < MIN_BLOCKS:
@@ -94,11 +101,10 @@ def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
             f"time (at least {OVERRUN_SECONDS:g} s): one call takes too long for a min run time of {min_run_time:g} "
             "s, or the machine is that busy; raise it (--aoti-benchmark-min-time or min_run_time=)"
         )
-    drift = calibration_drift(run)
-    if max(drift, 1 / drift) > 1 + tolerance:
+    if moved_within(run, tolerance):
         return (
-            f"the calibration itself ran {_times(drift)} in the second half of this run than in the first "
-            f"(tolerance {tolerance:.0%}): the machine changed under the measurement"
+            f"the calibration itself ran {_times(calibration_drift(run))} in the second half of this run than in the "
+            f"first (tolerance {tolerance:.0%}): the machine changed under the measurement"
         )
     return None
 

@@ -48,6 +48,7 @@ class Figures:
     package_bytes: int
     device: str
     threads: int | None = None  # CPU threads the sides ran on; None: torch's default (and the package as compiled)
+    attempts: int = 1  # 2: the machine changed under the first measurement, and this is the second
 
     @property
     def median(self) -> float:

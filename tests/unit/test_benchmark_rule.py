@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from pytest_aoti.benchmark.baselines import FORMAT, BaselineError, Baselines
-from pytest_aoti.benchmark.plugin import _benchmark_name
+from pytest_aoti.benchmark.plugin import _benchmark_name, _measured_until_still
 from pytest_aoti.benchmark.rule import Run, Verdict, judge, machine_moved
+from pytest_aoti.benchmark.timing import Figures
 
 TOLERANCE = 0.1
 MIN_TIME = 1.0
@@ -191,3 +192,31 @@ def test_each_call_of_a_test_has_its_own_baseline_entry() -> None:
     named_first = _Item("test_speed.py::test_named")
     assert _benchmark_name(named_first, "call 2") == "test_named [call 2]"  # type: ignore[arg-type]
     assert _benchmark_name(named_first, None) == "test_named [call 3]"  # type: ignore[arg-type]
+
+
+def _figures(calibration: list[float]) -> Figures:
+    blocks = len(calibration)
+    return Figures([1e-3] * blocks, [1e-3] * blocks, calibration, 0.0, None, None, 1, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("first", "measurements", "attempts"),
+    [
+        ([1e-3] * 20, 1, 1),  # still: one measurement
+        ([1e-3] * 10 + [2e-3] * 10, 2, 2),  # the machine changed under it: measured once more
+        ([1e-3, 2e-3, 1e-3, 2e-3], 1, 1),  # too few blocks: it already ran to its time limit
+    ],
+    ids=["still", "moved within the run", "too few blocks"],
+)
+def test_a_measurement_the_machine_changed_under_is_taken_once_more(
+    first: list[float], measurements: int, attempts: int
+) -> None:
+    taken = [_figures(first), _figures([1e-3 * (1 + n) for n in range(20)])]  # the second moves too: no third
+    calls = []
+
+    def measure() -> Figures:
+        calls.append(1)
+        return taken[len(calls) - 1]
+
+    figures = _measured_until_still(measure, tolerance=0.1)
+    assert (len(calls), figures.attempts) == (measurements, attempts)
