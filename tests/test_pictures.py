@@ -251,7 +251,7 @@ def test_aoti_html_refuses_a_directory_and_its_ini_twin_writes_the_page(pytester
     (pytester.path / "out").mkdir()
     refused = pytester.runpytest_subprocess(*plugin_args(), "--aoti-html=out")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
-    refused.stderr.fnmatch_lines(["*--aoti-html: */out is a directory; give the path of the HTML file to write*"])
+    refused.stderr.fnmatch_lines(["*--aoti-html: */out is a directory; expected the path of an HTML file to write*"])
     pytester.makeini("[pytest]\naoti_html = out/page.html\n")
     written = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:html")
     written.assert_outcomes(passed=1)

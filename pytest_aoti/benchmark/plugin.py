@@ -121,17 +121,14 @@ def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok
 def _json_target(config: pytest.Config) -> Path | None:
     """``--aoti-benchmark-json``: a path from the command line is relative to where pytest started, from the ini
     file to the rootdir. A target that cannot be written is a usage error now, not a traceback after the tests."""
-    from pytest_aoti.core.report_files import report_target_problem, target_path
+    from pytest_aoti.core.report_files import report_target
 
     raw, source, from_cli = _value(config, "json")
     if not raw.strip():
         return None
-    path = target_path(raw, config.invocation_params.dir if from_cli else config.rootpath)
-    if path.is_dir():
-        raise pytest.UsageError(f"{source}: {path} is a directory; expected the path of a JSON file to write")
-    problem = report_target_problem(
-        path, "aoti_benchmark_json", lambda dest: config.getoption(dest, None), config.invocation_params.dir
-    )
+    invoked_in = config.invocation_params.dir
+    path, problem = report_target(raw, invoked_in if from_cli else config.rootpath, "aoti_benchmark_json",
+                                  lambda dest: config.getoption(dest, None), invoked_in, "a JSON file")  # fmt: skip
     if problem is not None:
         raise pytest.UsageError(f"{source}: {problem}")
     return path

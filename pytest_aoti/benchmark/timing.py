@@ -132,6 +132,17 @@ def interleaved(calls: list[Callable[[], Any]], device: torch.device, min_run_ti
     return blocks
 
 
+@contextlib.contextmanager
+def _cpu_threads(threads: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def measure(
     load: Callable[[], Any],
     run: Callable[[Any], Any],
@@ -147,57 +158,33 @@ def measure(
     CPU threads if given (torch's intra-op threads: eager, the calibration and the package's ATen calls; the
     package's own kernels have their count compiled in)."""
     with _cpu_threads(threads):
-        return _measured(load, run, eager, package=package, device=device, min_run_time=min_run_time, threads=threads)
-
-
-@contextlib.contextmanager
-def _cpu_threads(threads: int | None) -> Iterator[None]:
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _measured(
-    load: Callable[[], Any],
-    run: Callable[[Any], Any],
-    eager: Callable[[], Any],
-    *,
-    package: Path,
-    device: torch.device,
-    min_run_time: float,
-    threads: int | None,
-) -> Figures:
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    else:
-        before = _rss_bytes()
-    start = time.perf_counter()
-    runner = load()
-    _synchronizer(device)()
-    load_seconds = time.perf_counter() - start
-    load_memory = (torch.cuda.max_memory_allocated(device) - before) if cuda else max(_rss_bytes() - before, 0)
-    run_memory = _run_memory(runner, run, device) if cuda else None
-    package_times, eager_times, calibration_times = interleaved(
-        [lambda: run(runner), eager, calibration_workload(device)], device, min_run_time
-    )
-    return Figures(
-        package=package_times,
-        eager=eager_times,
-        calibration=calibration_times,
-        load_seconds=load_seconds,
-        load_memory_bytes=load_memory,
-        run_memory_bytes=run_memory,
-        package_bytes=package.stat().st_size,
-        device=str(device),
-        threads=threads,
-    )
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        else:
+            before = _rss_bytes()
+        start = time.perf_counter()
+        runner = load()
+        _synchronizer(device)()
+        load_seconds = time.perf_counter() - start
+        load_memory = (torch.cuda.max_memory_allocated(device) - before) if cuda else max(_rss_bytes() - before, 0)
+        run_memory = _run_memory(runner, run, device) if cuda else None
+        package_times, eager_times, calibration_times = interleaved(
+            [lambda: run(runner), eager, calibration_workload(device)], device, min_run_time
+        )
+        return Figures(
+            package=package_times,
+            eager=eager_times,
+            calibration=calibration_times,
+            load_seconds=load_seconds,
+            load_memory_bytes=load_memory,
+            run_memory_bytes=run_memory,
+            package_bytes=package.stat().st_size,
+            device=str(device),
+            threads=threads,
+        )
 
 
 def _run_memory(runner: Any, run: Callable[[Any], Any], device: torch.device) -> int:

@@ -53,9 +53,22 @@ def shared_with(path: Path, own_dest: str, option: Callable[[str], object], base
     return None
 
 
-def report_target_problem(path: Path, own_dest: str, option: Callable[[str], object], base: Path) -> str | None:
-    """Why the report ``own_dest`` cannot be written at ``path`` (it cannot be written there, or another report
-    writes it too); None when it can."""
+def report_target(
+    raw: str, relative_to: Path, own_dest: str, option: Callable[[str], object], base: Path, kind: str
+) -> tuple[Path, str | None]:
+    """The path an option's ``raw`` value names (relative to ``relative_to``), and why the report ``own_dest``
+    (``kind``: "a JSON file") cannot be written there, or None: the caller makes that a usage error."""
+    path = target_path(raw, relative_to)
+    return path, report_target_problem(path, own_dest, option, base, kind)
+
+
+def report_target_problem(
+    path: Path, own_dest: str, option: Callable[[str], object], base: Path, kind: str
+) -> str | None:
+    """Why the report ``own_dest`` (``kind``: "a JSON file") cannot be written at ``path`` (a directory is there, it
+    cannot be written, or another report writes it too); None when it can."""
+    if path.is_dir():
+        return f"{path} is a directory; expected the path of {kind} to write"
     problem = write_problem(path)
     if problem is None:
         other = shared_with(path, own_dest, option, base)

@@ -43,24 +43,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def html_target(config: pytest.Config) -> Path | None:
     """Where ``--aoti-html`` (relative to the invocation dir) or the ini's ``aoti_html`` (relative to the ini file)
     puts the page; a usage error when that is a directory."""
-    from pytest_aoti.core.report_files import report_target_problem, target_path
+    from pytest_aoti.core.report_files import report_target
 
     cli = config.getoption("aoti_html")
     if cli is not None:
         if not str(cli).strip():
             raise pytest.UsageError("--aoti-html: expected the path of the HTML file to write, got ''")
-        where, path = "--aoti-html", target_path(str(cli), config.invocation_params.dir)
+        where, raw, relative_to = "--aoti-html", str(cli), config.invocation_params.dir
     else:
-        ini = str(config.getini("aoti_html") or "").strip()
-        if not ini:
+        raw = str(config.getini("aoti_html") or "").strip()
+        if not raw:
             return None
-        base = config.inipath.parent if config.inipath is not None else config.rootpath
-        where, path = "ini option aoti_html", target_path(ini, base)
-    if path.is_dir():
-        raise pytest.UsageError(f"{where}: {path} is a directory; give the path of the HTML file to write")
-    problem = report_target_problem(
-        path, "aoti_html", lambda dest: config.getoption(dest, None), config.invocation_params.dir
-    )
+        relative_to = config.inipath.parent if config.inipath is not None else config.rootpath
+        where = "ini option aoti_html"
+    path, problem = report_target(raw, relative_to, "aoti_html", lambda dest: config.getoption(dest, None),
+                                  config.invocation_params.dir, "an HTML file")  # fmt: skip
     if problem is not None:
         raise pytest.UsageError(f"{where}: {problem}")
     return path
