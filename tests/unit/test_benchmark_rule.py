@@ -220,3 +220,25 @@ def test_a_measurement_the_machine_changed_under_is_taken_once_more(
 
     figures = _measured_until_still(measure, tolerance=0.1)
     assert (len(calls), figures.attempts) == (measurements, attempts)
+
+
+def test_a_cpu_measurement_runs_every_side_on_the_threads_asked_and_restores_torchs(tmp_path: Path) -> None:
+    import torch
+
+    from pytest_aoti.benchmark import timing
+
+    package = tmp_path / "model.pt2"
+    package.write_bytes(b"not read: only its size is")
+    seen: set[int] = set()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # whatever this machine's count: the measurement must change it, and put it back
+
+    def eager() -> None:
+        seen.add(torch.get_num_threads())
+
+    figures = timing.measure(lambda: None, lambda runner: eager(), eager, package=package,
+                             device=torch.device("cpu"), min_run_time=0.01, threads=1)  # fmt: skip
+    after = torch.get_num_threads()
+    torch.set_num_threads(before)
+    assert seen == {1} and figures.threads == 1
+    assert after == 2
