@@ -61,8 +61,9 @@ def children_dir(config: pytest.Config) -> Path:
     - a fixture ran: ``aoti_device``, where every aoti fixture starts, stashed the factory;
     - an xdist worker: its controller created its basetemp before starting it (the worker's ``--basetemp``'s parent);
     - an xdist controller (its workers run the fixtures): the basetemp a worker's setup report named (``temp_root``);
-    - else (a plain session whose aoti tests so far ran isolated): a directory of pytest-aoti's own
-      (:func:`own_children_dir`); with ``-p no:tmpdir``, a temp dir removed at the end (the header says so).
+    - else (a plain session whose aoti tests so far ran isolated): beside a ``--basetemp`` the user gave
+      (:func:`beside_given_basetemp`), or a directory of pytest-aoti's own (:func:`own_children_dir`); with
+      ``-p no:tmpdir``, a temp dir removed at the end (the header says so).
     """
     if children_dir_key not in config.stash:
         factory = config.stash.get(session_temp_key, None)
@@ -73,6 +74,8 @@ def children_dir(config: pytest.Config) -> Path:
             worker = getattr(config, "workerinput", {}).get("workerid")
             path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
             path.mkdir(mode=0o700, exist_ok=True)
+        elif config.pluginmanager.has_plugin("tmpdir") and config.getoption("basetemp", None):
+            path = beside_given_basetemp(config.invocation_params.dir / str(config.getoption("basetemp")))
         elif config.pluginmanager.has_plugin("tmpdir"):
             path = own_children_dir(Path(tempfile.gettempdir()))
         else:
@@ -91,6 +94,21 @@ def _controller_basetemp(config: pytest.Config) -> str | None:
 
 
 OWN_DIR_KEPT_SECONDS = 7 * 24 * 3600
+OURS = ".made-by-pytest-aoti"  # in a directory pytest-aoti may empty again: one it made
+
+
+def beside_given_basetemp(basetemp: Path) -> Path:
+    """``<basetemp>-aoti-children``, emptied as pytest empties a given ``--basetemp``: once per session. Not inside
+    it: pytest empties the basetemp when it first creates it, which can come after children wrote their logs (a
+    later test's ``tmp_path``). A directory of that name that pytest-aoti did not make is left alone: then one of
+    pytest-aoti's own (:func:`own_children_dir`)."""
+    path = basetemp.with_name(f"{basetemp.name}-aoti-children")
+    if path.is_symlink() or (path.exists() and not (path / OURS).is_file()):
+        return own_children_dir(Path(tempfile.gettempdir()))
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=0o700, parents=True)
+    (path / OURS).touch()
+    return path
 
 
 def own_children_dir(temp_root: Path, now: float | None = None) -> Path:

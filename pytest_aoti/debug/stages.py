@@ -14,6 +14,7 @@ mode 1 and provenance tracking, and :mod:`pytest_aoti.debug.numerics` in the chi
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -325,19 +326,10 @@ def debug_rerun(
     """
     timeout = request.timeout
 
+    start = functools.partial(start_child, config, nodeid, test_path=test_path, timeout=timeout, workdir=workdir)
+
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
-        return start_child(
-            config,
-            nodeid,
-            test_path=test_path,
-            stage=stage,
-            env=env,
-            timeout=timeout,
-            workdir=workdir,
-            capture=False,
-            prefix=prefix,
-            attempt=attempt,
-        )
+        return start(stage=stage, env=env, capture=False, prefix=prefix, attempt=attempt)
 
     pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns, Verdict(nodeid))
     started = time.monotonic()

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_aoti.debug.controller import XdistController
 from pytest_aoti.debug.crash_route import stamp
-from pytest_aoti.debug.parent import OWN_DIR_KEPT_SECONDS, children_dir, own_children_dir
+from pytest_aoti.debug.parent import OWN_DIR_KEPT_SECONDS, beside_given_basetemp, children_dir, own_children_dir
 from pytest_aoti.settings import DebugRequest
 
 
@@ -87,9 +87,40 @@ def test_the_controller_keeps_them_in_the_basetemp_its_workers_name(config: pyte
 
 
 def test_a_plain_session_before_any_fixture_uses_a_directory_of_its_own(
-    config: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    path = children_dir(config)
+    config = pytester.parseconfigure("-p", "no:cacheprovider", "-p", "no:terminal")
+    config.option.basetemp = None  # pytester gives every config one: a user's session has none by default
+    try:
+        path = children_dir(config)
+    finally:
+        config._ensure_unconfigure()
     assert path.parent.parent == tmp_path / "tmp" and path.name.startswith("children-")
+
+
+def test_beside_a_given_basetemp_emptied_once_per_session_as_pytest_empties_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    basetemp = tmp_path / "pytest-tmp"
+    first = beside_given_basetemp(basetemp)
+    assert first == tmp_path / "pytest-tmp-aoti-children" and not basetemp.exists()  # pytest's to make
+    (first / "child.log").write_text("the last session's")
+    assert beside_given_basetemp(basetemp) == first and not (first / "child.log").exists()
+    # A directory of that name that pytest-aoti did not make is never emptied: the children go elsewhere.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    users = tmp_path / "mine" / "data-aoti-children"
+    users.mkdir(parents=True)
+    (users / "keep.txt").write_text("the user's")
+    elsewhere = beside_given_basetemp(tmp_path / "mine" / "data")
+    assert elsewhere.parent.parent == tmp_path / "tmp" and (users / "keep.txt").read_text() == "the user's"
+
+
+def test_a_plain_session_with_a_given_basetemp_keeps_them_beside_it(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    config = pytester.parseconfigure("-p", "no:cacheprovider", "-p", "no:terminal", f"--basetemp={tmp_path}/bt")
+    try:
+        assert children_dir(config) == tmp_path / "bt-aoti-children"
+    finally:
+        config._ensure_unconfigure()
