@@ -142,7 +142,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         header += ", crash guard: one xdist worker (a crash fails only its test)"
     elif settings.crash_guard is CrashGuard.UNGUARDED and settings.no_children_reason:
         header += f", no subprocesses: {settings.no_children_reason}"
-    if not config.pluginmanager.has_plugin("tmpdir") and (settings.debug or settings.isolate):
+    if not config.pluginmanager.has_plugin("tmpdir"):  # tests marked aoti_ima get children too, without an option
         header += ", -p no:tmpdir: child logs and repro bundles are removed at the end of the run"
     extra_stages = [name for name, on in (("minify", settings.minify), ("sanitizer", settings.sanitizer)) if on]
     if extra_stages and not settings.debug:

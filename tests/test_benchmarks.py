@@ -145,10 +145,10 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
         (("--aoti-benchmark-runs=1",), "--aoti-benchmark-runs: a baseline keeps at least 2 runs (*), got 1"),
         (("--aoti-benchmark-tolerance=-1",), "--aoti-benchmark-tolerance: expected a fraction >= 0 (0.1 = 10 %) *"),
         (("--aoti-benchmark-clock=cpu",), "*unrecognized arguments: --aoti-benchmark-clock=cpu*"),
-        (("--aoti-benchmark-cpu-threads=0",), "--aoti-benchmark-cpu-threads: expected a whole number of threads or "
-                                              "'all' of at most 1024, got '0'"),
-        (("--aoti-benchmark-cpu-threads=two",), "--aoti-benchmark-cpu-threads: expected a whole number of threads or "
-                                                "'all', got 'two'"),
+        (("--aoti-benchmark-cpu-threads=0",), "--aoti-benchmark-cpu-threads: expected a whole number of threads from "
+                                              "1 to 1024, or 'all', got '0'"),
+        (("--aoti-benchmark-cpu-threads=two",), "--aoti-benchmark-cpu-threads: expected a whole number of threads "
+                                                "from 1 to 1024, or 'all', got 'two'"),
     ],
     ids=["json to a directory", "json under a file", "one run kept", "negative tolerance", "no clock option",
          "no threads", "threads not a number"],

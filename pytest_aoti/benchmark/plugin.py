@@ -56,7 +56,8 @@ RUNS_DESC = f"runs per machine a baseline keeps; a benchmark is judged against t
 JSON_DESC = "write every benchmark's figures and judgment to this JSON file (for dashboards)"
 CPU_THREADS_DESC = (
     "threads a CPU benchmark is timed on (default 1): its package is compiled with cpp.threads at that count, and "
-    "eager and the calibration run on as many; 'all' times the package as compiled, on all of torch's threads"
+    "eager and the calibration run on as many; 'all' times the package as compiled, on all of torch's threads; a "
+    "test that compiles with its own cpp.threads is timed on that many"
 )
 MAX_CPU_THREADS = 1024
 
@@ -145,11 +146,14 @@ def _kept_runs(config: pytest.Config) -> int:
 
 
 def _cpu_threads(config: pytest.Config) -> int | None:
-    raw = _value(config, "cpu-threads")[0]
-    if raw.strip().lower() == "all":
+    raw, source, _ = _value(config, "cpu-threads")
+    text = raw.strip().lower() or "1"  # an empty ini value: the default
+    if text == "all":
         return None
-    what = "a whole number of threads or 'all'"
-    return int(_number(config, "cpu-threads", what, most=MAX_CPU_THREADS, zero_ok=False, whole=True))
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_CPU_THREADS):
+        raise pytest.UsageError(f"{source}: expected a whole number of threads from 1 to {MAX_CPU_THREADS}, or 'all', "
+                                f"got {raw!r}")  # fmt: skip
+    return int(text)
 
 
 def resolve(config: pytest.Config) -> BenchmarkSettings:
@@ -317,9 +321,7 @@ def aoti_benchmark(
         if own_time == 0:  # not "the default": a measurement of no time judges nothing (--aoti-benchmark-min-time too)
             raise ValueError("aoti_benchmark min_run_time: expected seconds above 0, got 0")
         run_time = settings.min_time if own_time is None else own_time
-        threads = settings.cpu_threads if aoti_device.type == "cpu" else None
-        if threads is not None:  # the package as compiled, but for its thread count (CPU_THREADS_DESC)
-            options["inductor_configs"] = {**(options.get("inductor_configs") or {}), "cpp.threads": threads}
+        threads = _timed_threads(settings.cpu_threads, aoti_device, options)
         compiled = aoti_compile(model, args, kwargs, **options)
         tolerance_used = settings.tolerance if allowed is None else allowed
         figures = _measured_until_still(
@@ -330,6 +332,20 @@ def aoti_benchmark(
         return _judged(item, benchmark, figures, judgment)
 
     return bench
+
+
+def _timed_threads(asked: int | None, device: torch.device, options: dict[str, Any]) -> int | None:
+    """The CPU threads a benchmark is timed on, with ``options``' compile configs set to match: the package as
+    compiled but for its thread count (CPU_THREADS_DESC). A ``cpp.threads`` the test compiles with itself is the
+    package it asked for: that count is timed. None: torch's own threads, the package as compiled."""
+    configs = options.get("inductor_configs")
+    if device.type != "cpu" or asked is None or not isinstance(configs, dict | None):
+        return None  # not a dict: aoti_compile names the mistake
+    own = (configs or {}).get("cpp.threads")
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
+        return own
+    options["inductor_configs"] = {**(configs or {}), "cpp.threads": asked}
+    return asked
 
 
 def _measured_until_still(measure: Callable[[], Figures], tolerance: float) -> Figures:
@@ -517,10 +533,11 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
 
 def _describe(record: dict[str, Any]) -> str:
     again = " (measured twice: the machine changed under the first measurement)" if record["attempts"] > 1 else ""
+    threads = f", timed on {_threads(record['threads'])}" if record["threads"] is not None else ""
     return (
         f"median {record['median_s'] * 1e3:.3g} ms (IQR {record['iqr_s'] * 1e3:.2g} ms, {record['blocks']} blocks), "
         f"{record['speedup_vs_eager']:.2f}x eager, load {record['load_s'] * 1e3:.3g} ms, package "
-        f"{record['package_bytes'] / 2**20:.1f} MiB{again}"
+        f"{record['package_bytes'] / 2**20:.1f} MiB{threads}{again}"
     )
 
 

@@ -9,6 +9,7 @@ its test, and how a crash becomes reports, is :mod:`pytest_aoti.debug.crash_rout
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gc
 import getpass
@@ -46,6 +47,7 @@ from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
+children_note_key = pytest.StashKey[str]()  # why the children's logs are not under pytest's basetemp
 workers_basetemp_key = pytest.StashKey[str]()  # on an xdist controller: its basetemp, as a worker's report named it
 interrupted_key = pytest.StashKey[bool]()
 verdict_properties_key = pytest.StashKey[list[tuple[str, object]]]()  # a test's, for its teardown report
@@ -53,36 +55,48 @@ HOOK_ERROR_TITLE = "aoti verdict hook error"
 
 
 def children_dir(config: pytest.Config) -> Path:
-    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies.
+    """Where children keep their logs and temp dirs: under pytest's basetemp, so its retention policy applies
+    (:func:`_under_pytest_basetemp`). Where that cannot be, a directory of pytest-aoti's own
+    (:func:`own_children_dir`), and the summary's ``aoti child logs:`` line says why; with ``-p no:tmpdir``, a temp
+    dir removed at the end (the header says so)."""
+    if children_dir_key not in config.stash:
+        if not config.pluginmanager.has_plugin("tmpdir"):
+            path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
+            config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
+            config.stash[children_note_key] = "removed at the end of the run: -p no:tmpdir"
+        else:
+            try:
+                found = _under_pytest_basetemp(config)
+            except OSError as error:  # a name too long, a directory not ours, no permission: never the session's end
+                found = None
+                config.stash[children_note_key] = f"not {error.filename}: {error.strerror or error}"
+            path = found if found is not None else own_children_dir(Path(tempfile.gettempdir()))
+        config.stash[children_dir_key] = path
+    return config.stash[children_dir_key]
 
-    pytest hands its session TempPathFactory only to fixtures, and creates (and first empties) the basetemp when one
-    first asks for it. So, by what this process knows:
+
+def _under_pytest_basetemp(config: pytest.Config) -> Path | None:
+    """pytest hands its session TempPathFactory only to fixtures, and creates (and first empties) the basetemp when
+    one first asks for it. So, by what this process knows:
 
     - a fixture ran: ``aoti_device``, where every aoti fixture starts, stashed the factory;
     - an xdist worker: its controller created its basetemp before starting it (the worker's ``--basetemp``'s parent);
     - an xdist controller (its workers run the fixtures): the basetemp a worker's setup report named (``temp_root``);
-    - else (a plain session whose aoti tests so far ran isolated): beside a ``--basetemp`` the user gave
-      (:func:`beside_given_basetemp`), or a directory of pytest-aoti's own (:func:`own_children_dir`); with
-      ``-p no:tmpdir``, a temp dir removed at the end (the header says so).
+    - a plain session whose aoti tests so far ran isolated: beside a ``--basetemp`` the user gave
+      (:func:`beside_given_basetemp`); without one, None.
     """
-    if children_dir_key not in config.stash:
-        factory = config.stash.get(session_temp_key, None)
-        controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
-        if factory is not None:
-            path = factory.mktemp("aoti-children", numbered=False)
-        elif controller_basetemp is not None:
-            worker = getattr(config, "workerinput", {}).get("workerid")
-            path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
-            path.mkdir(mode=0o700, exist_ok=True)
-        elif config.pluginmanager.has_plugin("tmpdir") and config.getoption("basetemp", None):
-            path = beside_given_basetemp(config.invocation_params.dir / str(config.getoption("basetemp")))
-        elif config.pluginmanager.has_plugin("tmpdir"):
-            path = own_children_dir(Path(tempfile.gettempdir()))
-        else:
-            path = Path(tempfile.mkdtemp(prefix="pytest-aoti-children-"))
-            config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
-        config.stash[children_dir_key] = path
-    return config.stash[children_dir_key]
+    factory = config.stash.get(session_temp_key, None)
+    controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
+    if factory is not None:
+        return factory.mktemp("aoti-children", numbered=False)
+    if controller_basetemp is not None:
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+    if config.getoption("basetemp", None):
+        return beside_given_basetemp(config.invocation_params.dir / str(config.getoption("basetemp")))
+    return None
 
 
 def _controller_basetemp(config: pytest.Config) -> str | None:
@@ -100,11 +114,11 @@ OURS = ".made-by-pytest-aoti"  # in a directory pytest-aoti may empty again: one
 def beside_given_basetemp(basetemp: Path) -> Path:
     """``<basetemp>-aoti-children``, emptied as pytest empties a given ``--basetemp``: once per session. Not inside
     it: pytest empties the basetemp when it first creates it, which can come after children wrote their logs (a
-    later test's ``tmp_path``). A directory of that name that pytest-aoti did not make is left alone: then one of
-    pytest-aoti's own (:func:`own_children_dir`)."""
+    later test's ``tmp_path``). A directory (or link) of that name that pytest-aoti did not make is left alone:
+    FileExistsError, as for any other OSError the caller falls back to a directory of pytest-aoti's own."""
     path = basetemp.with_name(f"{basetemp.name}-aoti-children")
     if path.is_symlink() or (path.exists() and not (path / OURS).is_file()):
-        return own_children_dir(Path(tempfile.gettempdir()))
+        raise FileExistsError(errno.EEXIST, "a directory pytest-aoti did not make, left alone", str(path))
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(mode=0o700, parents=True)
     (path / OURS).touch()
@@ -402,7 +416,9 @@ class ParentSession:
         if stats:
             terminalreporter.write_line(cache_summary(stats))
         if children_dir_key in config.stash:
-            terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}")
+            note = config.stash.get(children_note_key, None)
+            shown = f" ({note})" if note else ""
+            terminalreporter.write_line(f"aoti child logs: {config.stash[children_dir_key]}{shown}")
 
 
 def _hook_errors(report: Any) -> list[str]:

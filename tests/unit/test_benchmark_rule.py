@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.benchmark.baselines import FORMAT, BaselineError, Baselines
-from pytest_aoti.benchmark.plugin import _benchmark_name, _measured_until_still
+from pytest_aoti.benchmark.plugin import _benchmark_name, _measured_until_still, _timed_threads
 from pytest_aoti.benchmark.rule import Run, Verdict, judge, machine_moved
 from pytest_aoti.benchmark.timing import Figures
 
@@ -242,3 +242,25 @@ def test_a_cpu_measurement_runs_every_side_on_the_threads_asked_and_restores_tor
     torch.set_num_threads(before)
     assert seen == {1} and figures.threads == 1
     assert after == 2
+
+
+@pytest.mark.parametrize(
+    ("device", "asked", "configs", "timed", "compiled_with"),
+    [
+        ("cpu", 1, None, 1, {"cpp.threads": 1}),  # the default: a one-thread twin
+        ("cpu", 2, {"max_fusion_size": 1}, 2, {"max_fusion_size": 1, "cpp.threads": 2}),  # the test's configs kept
+        ("cpu", 1, {"cpp.threads": 4}, 4, {"cpp.threads": 4}),  # the test's own count is the package it asked for
+        ("cpu", 1, {"cpp.threads": -1}, 1, {"cpp.threads": 1}),  # -1 is Inductor's "torch's threads": not a count
+        ("cpu", None, {"cpp.threads": 4}, None, {"cpp.threads": 4}),  # all: the package as compiled
+        ("cuda", 1, None, None, None),  # a GPU benchmark: nothing changes
+        ("cpu", 1, "cpp.threads=4", None, "cpp.threads=4"),  # not a dict: left for aoti_compile to name
+    ],
+)
+def test_the_threads_a_benchmark_is_timed_on_and_the_configs_it_compiles_with(
+    device: str, asked: int | None, configs: Any, timed: int | None, compiled_with: Any
+) -> None:
+    import torch
+
+    options: dict[str, Any] = {} if configs is None else {"inductor_configs": configs}
+    assert _timed_threads(asked, torch.device(device), options) == timed
+    assert options.get("inductor_configs") == compiled_with

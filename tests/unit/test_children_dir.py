@@ -14,7 +14,13 @@ import pytest
 
 from pytest_aoti.debug.controller import XdistController
 from pytest_aoti.debug.crash_route import stamp
-from pytest_aoti.debug.parent import OWN_DIR_KEPT_SECONDS, beside_given_basetemp, children_dir, own_children_dir
+from pytest_aoti.debug.parent import (
+    OWN_DIR_KEPT_SECONDS,
+    beside_given_basetemp,
+    children_dir,
+    children_note_key,
+    own_children_dir,
+)
 from pytest_aoti.settings import DebugRequest
 
 
@@ -108,14 +114,33 @@ def test_beside_a_given_basetemp_emptied_once_per_session_as_pytest_empties_it(
     assert first == tmp_path / "pytest-tmp-aoti-children" and not basetemp.exists()  # pytest's to make
     (first / "child.log").write_text("the last session's")
     assert beside_given_basetemp(basetemp) == first and not (first / "child.log").exists()
-    # A directory of that name that pytest-aoti did not make is never emptied: the children go elsewhere.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+    # A directory of that name that pytest-aoti did not make is never emptied.
     users = tmp_path / "mine" / "data-aoti-children"
     users.mkdir(parents=True)
     (users / "keep.txt").write_text("the user's")
-    elsewhere = beside_given_basetemp(tmp_path / "mine" / "data")
-    assert elsewhere.parent.parent == tmp_path / "tmp" and (users / "keep.txt").read_text() == "the user's"
+    with pytest.raises(FileExistsError, match="did not make"):
+        beside_given_basetemp(tmp_path / "mine" / "data")
+    assert (users / "keep.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("case", ["not ours", "name too long"])
+def test_where_beside_the_basetemp_cannot_be_a_directory_of_its_own_says_why(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    basetemp = tmp_path / "bt" if case == "not ours" else tmp_path / ("b" * 245)  # pytest takes it; +14 is too long
+    if case == "not ours":
+        (tmp_path / "bt-aoti-children").mkdir()
+    config = pytester.parseconfigure("-p", "no:cacheprovider", "-p", "no:terminal", f"--basetemp={basetemp}")
+    try:
+        path = children_dir(config)
+        note = config.stash[children_note_key]
+    finally:
+        config._ensure_unconfigure()
+    assert path.parent.parent == tmp_path / "tmp"
+    assert note.startswith(f"not {basetemp}-aoti-children: ")
+    assert ("did not make" in note) if case == "not ours" else ("too long" in note)
 
 
 def test_a_plain_session_with_a_given_basetemp_keeps_them_beside_it(tmp_path: Path, pytester: pytest.Pytester) -> None:
