@@ -354,14 +354,11 @@ def _measured_until_still(measure: Callable[[], Figures], tolerance: float) -> F
     machine that keeps changing is reported "not judged"."""
     import dataclasses
 
-    import torch
-
     from pytest_aoti.benchmark import rule, timing
 
     def still(figures: Figures) -> bool:
-        run = rule.Run.of(figures, torch=torch.__version__, package_key=None, run_id="")
         # Too few blocks is not cured by measuring again: the first measurement already ran to its time limit.
-        return len(run.calibration) < timing.MIN_BLOCKS or not rule.moved_within(run, tolerance)
+        return len(figures.calibration) < timing.MIN_BLOCKS or not rule.moved_within(figures.calibration, tolerance)
 
     first = measure()
     return first if still(first) else dataclasses.replace(measure(), attempts=2)
@@ -422,7 +419,8 @@ def _against_baseline(
 
     settings = item.config.stash[settings_key]
     run = rule.Run.of(figures, torch=torch.__version__, package_key=_package_key(compiled), run_id=settings.run_id)
-    path, machine = _baseline_file(item), timing.machine(compiled.device, figures.threads)
+    timed_on = "" if figures.threads is None else f", {_threads(figures.threads)}"
+    path, machine = _baseline_file(item), timing.machine(compiled.device) + timed_on
     unusable: str | None = None
     try:
         if settings.update:

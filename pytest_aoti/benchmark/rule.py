@@ -80,16 +80,16 @@ class Judgment:
     baseline_runs: int = 0
 
 
-def calibration_drift(run: Run) -> float:
-    """The calibration's fastest block in the second half of the run over the first half's."""
-    half = len(run.calibration) // 2
-    return min(run.calibration[half:]) / min(run.calibration[:half])
+def calibration_drift(calibration: Sequence[float]) -> float:
+    """The calibration's fastest block in the second half of a run over the first half's."""
+    half = len(calibration) // 2
+    return min(calibration[half:]) / min(calibration[:half])
 
 
-def moved_within(run: Run, tolerance: float) -> bool:
+def moved_within(calibration: Sequence[float], tolerance: float) -> bool:
     """Whether the machine changed under the measurement: the calibration moved more than the tolerance between the
     run's halves. The one reason a run cannot be judged that measuring again may cure."""
-    drift = calibration_drift(run)
+    drift = calibration_drift(calibration)
     return max(drift, 1 / drift) > 1 + tolerance
 
 
@@ -101,10 +101,10 @@ def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
             f"time (at least {OVERRUN_SECONDS:g} s): one call takes too long for a min run time of {min_run_time:g} "
             "s, or the machine is that busy; raise it (--aoti-benchmark-min-time or min_run_time=)"
         )
-    if moved_within(run, tolerance):
+    if moved_within(run.calibration, tolerance):
         return (
-            f"the calibration itself ran {_times(calibration_drift(run))} in the second half of this run than in the "
-            f"first (tolerance {tolerance:.0%}): the machine changed under the measurement"
+            f"the calibration itself ran {_times(calibration_drift(run.calibration))} in the second half of this "
+            f"run than in the first (tolerance {tolerance:.0%}): the machine changed under the measurement"
         )
     return None
 

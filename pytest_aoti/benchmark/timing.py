@@ -199,14 +199,13 @@ def _run_memory(runner: Any, run: Callable[[Any], Any], device: torch.device) ->
     return int(torch.cuda.max_memory_allocated(device) - before)
 
 
-def machine(device: torch.device, threads: int | None = None) -> str:
-    """The baselines' key: what the timings depend on that a commit does not change (the GPU, or the CPU model, its
-    core count and the threads the benchmark was timed on)."""
+def machine(device: torch.device) -> str:
+    """The baselines' key: what the timings depend on that a commit does not change (the GPU, or the CPU model and
+    its core count; the benchmark plugin adds the CPU threads it timed on)."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         return f"cuda: {torch.cuda.get_device_name(index)} (sm_{major}{minor})"
     from pytest_aoti.core.environment import cpu_description
 
-    timed_on = "" if threads is None else f", {threads} thread" + ("" if threads == 1 else "s")
-    return f"cpu: {cpu_description()[0]} x{os.cpu_count()}{timed_on}"
+    return f"cpu: {cpu_description()[0]} x{os.cpu_count()}"

@@ -86,9 +86,9 @@ def _under_pytest_basetemp(config: pytest.Config) -> Path | None:
       (:func:`beside_given_basetemp`); without one, None.
     """
     factory = config.stash.get(session_temp_key, None)
-    controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
     if factory is not None:
         return factory.mktemp("aoti-children", numbered=False)
+    controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
     if controller_basetemp is not None:
         worker = getattr(config, "workerinput", {}).get("workerid")
         path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
