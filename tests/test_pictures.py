@@ -279,6 +279,32 @@ def test_without_matplotlib_the_page_has_the_numbers_and_says_how_to_get_picture
     assert "<td>0.001</td><td>0.01</td><td>1</td>" in page
 
 
+def test_a_matplotlib_that_fails_to_import_is_noted_and_the_run_goes_on(pytester: pytest.Pytester) -> None:
+    """A matplotlib built for another numpy raises ValueError (not ImportError) at import: a real broken package on
+    the run's path. The page and pytest-html's report say why in one line; the test and the run pass."""
+    pytester.makepyfile(
+        test_one=f"""
+        def test_drift(record_property):
+            record_property("aoti_figure_data", {encode([GOLDEN])!r})
+        """
+    )
+    broken = pytester.mkpydir("matplotlib") / "__init__.py"
+    broken.write_text('raise ValueError("numpy.dtype size changed, may indicate binary incompatibility.\\n'
+                      'Expected 96 from C header, got 88 from PyObject")\n')  # fmt: skip
+    result = pytester.runpytest_subprocess(*plugin_args(), "--aoti-html=page.html", "--html=report.html")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.OK
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    note = (
+        "the picture could not be drawn: import matplotlib raised ValueError: numpy.dtype size changed, may "
+        "indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject"
+    )
+    page = (pytester.path / "page.html").read_text()
+    assert f'<p class="note">{note}</p>' in page and "data:image/png" not in page
+    assert "<td>0.001</td><td>0.01</td><td>1</td>" in page  # the numbers stay
+    assert note in html.unescape((pytester.path / "report.html").read_text())
+
+
 def test_figure_data_another_version_wrote_is_noted_and_the_run_goes_on(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_one="""

@@ -272,7 +272,17 @@ def draw(record: FigureData) -> Picture:
         import matplotlib  # noqa: F401  # the import error alone says the extra is missing
     except ImportError:
         return Picture(title, caption, table, note=NO_MATPLOTLIB)
+    except Exception as error:  # an installed matplotlib that fails to import (one built for another numpy)
+        return Picture(
+            title, caption, table, note=f"the picture could not be drawn: {_one_line(error, 'import matplotlib')}"
+        )
     try:
         return Picture(title, caption, table, png=_png(record, title))
     except Exception as error:  # a picture is never worth a failed test or a lost page
-        return Picture(title, caption, table, note=f"the picture could not be drawn: {type(error).__name__}: {error}")
+        return Picture(title, caption, table, note=f"the picture could not be drawn: {_one_line(error)}")
+
+
+def _one_line(error: Exception, doing: str = "") -> str:
+    """``error`` as one line of a note (a numpy ABI error spans several), prefixed by what raised it."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return f"{doing} raised {text}" if doing else text

@@ -170,6 +170,21 @@ def test_without_matplotlib_the_numbers_stay_and_the_way_to_pictures_is_named(mo
     assert picture.table[1] == ("1e-06", "1e-05", "9")
 
 
+def test_a_matplotlib_that_fails_to_import_is_noted_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real package that raises what a matplotlib built for another numpy raises: not an ImportError.
+    (tmp_path / "matplotlib").mkdir()
+    (tmp_path / "matplotlib" / "__init__.py").write_text('raise ValueError("dtype size changed.\\nExpected 96")\n')
+    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    picture = render.draw(GOLDEN)
+    assert picture.png is None and picture.table[1] == ("1e-06", "1e-05", "9")
+    assert picture.note == (
+        "the picture could not be drawn: import matplotlib raised ValueError: dtype size changed. Expected 96"
+    )
+
+
 def test_a_picture_that_cannot_be_drawn_is_noted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(figure: object, record: object) -> None:
         raise ValueError("no room on the canvas")
