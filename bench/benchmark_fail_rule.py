@@ -11,11 +11,12 @@ a failure is one), and ``--true-runs`` runs of each planted regression (true pos
 - ``runtime op +4 ms``: a custom op that runs in eager and in the package takes 4 ms longer per call.
 
 Settings: ``quiet`` (the machine as it is), ``hogs`` (two busy-loop processes from ``suite_under_load.py`` for
-the setting's runs), ``xdist`` (``-n 2``, a second test busy with eager work beside the benchmark's). True
-positives run quiet and under hogs.
+the setting's runs), ``bursty`` (six processes doing torch matmul bursts, ~50 ms of matmuls then ~50 ms asleep, on
+torch's default threads, as neighbouring test suites would), ``xdist`` (``-n 2``, a second test busy with eager work
+beside the benchmark's). True positives run quiet and under hogs by default. The baseline is always recorded quiet.
 
     python bench/benchmark_fail_rule.py [--device cpu|cuda] [--runs 20] [--true-runs 10] [--min-time 0.2]
-        [--settings quiet,hogs,xdist] [--regressions-under quiet,hogs]
+        [--settings quiet,hogs,bursty,xdist] [--regressions-under quiet,hogs,bursty]
 
 On a GPU machine (``--device cuda``) the model is large enough that its kernels set the pace and the planted work
 is GPU time (``torch.cuda._sleep``); ``hogs`` still loads the host's CPUs.
@@ -28,6 +29,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -124,16 +126,56 @@ def test_neighbour():
 '''
 
 
+SETTINGS = ("quiet", "hogs", "bursty", "xdist")
+BURST_SECONDS = 0.05  # a bursty hog's matmuls, then as long asleep
+BURSTY_HOGS = 6
+HOG_START_SECONDS = 120.0  # six fresh interpreters importing torch on a busy 2-core box
+
+
+def matmul_bursts(ready: multiprocessing.Queue[int]) -> None:
+    """A bursty CPU hog: 512 x 512 matmuls for BURST_SECONDS, then asleep as long, forever."""
+    import torch
+
+    matrix = torch.randn(512, 512) / 512**0.5
+    matrix @ matrix
+    ready.put(os.getpid())
+    while True:
+        end = time.perf_counter() + BURST_SECONDS
+        while time.perf_counter() < end:
+            matrix = torch.tanh(matrix @ matrix)
+        time.sleep(BURST_SECONDS)
+
+
 @contextlib.contextmanager
-def hogs(count: int) -> Iterator[None]:
-    processes = [multiprocessing.Process(target=spin_forever, daemon=True) for _ in range(count)]
+def load(setting: str) -> Iterator[None]:
+    """The setting's neighbours for as long as the block runs: none (quiet), two busy loops (hogs), or six bursty
+    matmul processes (bursty; spawned, since the parent may have initialized CUDA, and waited for until each has
+    imported torch and run its first matmul)."""
+    spawn = multiprocessing.get_context("spawn")
+    ready: multiprocessing.Queue[int] = spawn.Queue()
+    if setting == "bursty":
+        processes = [spawn.Process(target=matmul_bursts, args=(ready,), daemon=True) for _ in range(BURSTY_HOGS)]
+    else:
+        processes = [spawn.Process(target=spin_forever, daemon=True) for _ in range(2 if setting == "hogs" else 0)]
     for process in processes:
         process.start()
     try:
+        if setting == "bursty":
+            _wait_ready(ready, len(processes))
         yield
     finally:
         for process in processes:
             process.kill()
+            process.join()
+
+
+def _wait_ready(ready: multiprocessing.Queue[int], count: int) -> None:
+    deadline = time.perf_counter() + HOG_START_SECONDS
+    for started in range(count):
+        try:
+            ready.get(timeout=max(deadline - time.perf_counter(), 0.1))
+        except queue.Empty:
+            raise SystemExit(f"{started} of {count} bursty hogs started in {HOG_START_SECONDS:g} s") from None
 
 
 def run_pytest(work: Path, args: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -213,10 +255,15 @@ def main() -> None:
     parser.add_argument("--baseline-runs", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=0.2, help="--aoti-benchmark-min-time of every run")
     parser.add_argument("--tolerance", type=float, default=0.1)
-    parser.add_argument("--settings", default="quiet,hogs,xdist")
-    parser.add_argument("--regressions-under", default="quiet,hogs")
+    parser.add_argument("--settings", default="quiet,hogs,xdist", help="of quiet, hogs, bursty, xdist")
+    parser.add_argument("--regressions-under", default="quiet,hogs", help="of quiet, hogs, bursty")
     parser.add_argument("--regressions", default="package,runtime-op", help="planted: package (1.3x), runtime-op")
     options = parser.parse_args()
+    for flag, names, known in (("--settings", options.settings, SETTINGS),
+                               ("--regressions-under", options.regressions_under, SETTINGS[:-1])):  # fmt: skip
+        unknown = set(filter(None, names.split(","))) - set(known)
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -265,12 +312,12 @@ def unchanged(work: Path, setting: str, runs: int, common: list[str], env: dict[
         # Both tests at once on two workers; the neighbour busy while the benchmark loads and measures.
         args = ["-n", "2", *[arg for arg in common if arg not in ("-k", "test_latency")]]
         return series(work, "unchanged, -n 2", runs, args, {**env, "FAIL_RULE_NEIGHBOUR_SECONDS": "8"})
-    with hogs(2 if setting == "hogs" else 0):
+    with load(setting):
         return series(work, f"unchanged, {setting}", runs, common, env)
 
 
 def regression(work: Path, setting: str, kind: str, runs: int, common: list[str], env: dict[str, str]) -> Series:
-    with hogs(2 if setting == "hogs" else 0):
+    with load(setting):
         return series(work, f"{kind}, {setting}", runs, common, env)
 
 
