@@ -108,7 +108,8 @@ def validate_inputs(
 
 
 def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
-    """Reject unknown Inductor config keys up front (torch fails late, with an AttributeError mid-compile)."""
+    """Reject unknown Inductor config keys up front (torch fails late, with an AttributeError mid-compile), and
+    values Inductor would fail on late or read other than they say (:func:`_config_value_problem`)."""
     if not configs:
         return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
     if not isinstance(configs, dict):
@@ -119,22 +120,40 @@ def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
             close = difflib.get_close_matches(str(key), list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
-        default = known[key]
-        if isinstance(default, bool | int | float | str) and not _same_kind(configs[key], default):
-            raise TypeError(
-                f"inductor_configs[{key!r}]: expected a {type(default).__name__} (the default is {default!r}), "
-                f"got {type(configs[key]).__name__} {configs[key]!r}"
-            )
+        problem = _config_value_problem(configs[key], known[key])
+        if problem is not None:
+            raise TypeError(f"inductor_configs[{key!r}]: {problem}")
     # aoti_compile_and_package mutates the dict it is given.
     return dict(configs)
 
 
-def _same_kind(value: Any, default: bool | int | float | str) -> bool:
+# Strings that say "off": Inductor reads a flag by its truth value, and each of these is a non-empty string, so
+# Inductor would turn the flag on.
+_SAYS_OFF = frozenset({"0", "false", "no", "off", "none"})
+
+
+def _config_value_problem(value: Any, default: Any) -> str | None:
+    """What is wrong with ``value`` for a key whose default is ``default``, or None. Inductor's config checks no
+    type (``config.patch`` sets anything): a flag is read by its truth value (``if config.profile_bandwidth:``), so
+    an int or a string that says "on" (``"1"``, as PyTorch's own tests pass) works as it does in torch, and a string
+    that says "off" would turn the flag on. A number where a number is expected, a string where a string is: other
+    values fail late in the compile, or are read wrongly."""
+    given = f"got {type(value).__name__} {value!r}"
     if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int | float):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, str)
+        if isinstance(value, str) and value.strip().lower() in _SAYS_OFF:
+            return (
+                f"{given}, which turns the flag on (Inductor reads a flag by its truth value, and a non-empty string "
+                "is true): pass False"
+            )
+        if isinstance(value, bool | int | str):
+            return None
+    elif isinstance(default, int | float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return None
+    elif not isinstance(default, str) or isinstance(value, str):
+        return None
+    kind = type(default).__name__
+    return f"expected {'an' if kind[0] in 'aeiou' else 'a'} {kind} (the default is {default!r}), {given}"
 
 
 def check_flag(value: Any, name: str) -> bool:
