@@ -307,3 +307,23 @@ def test_goldens_file_names_structure_names_and_refused_values(
     bad = run_pytest("--aoti-snapshot=sometimes")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["ERROR: --aoti-snapshot: expected auto, write or fail, got 'sometimes'"])
+
+
+def test_an_empty_golden_file_is_rewritten_by_an_update(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A golden file emptied (a bad merge, a truncated copy): the run names it; ``--aoti-snapshot-update`` rewrites it,
+    also in CI, and the next run matches it."""
+    pytester.makepyfile(test_user="import torch\n\ndef test_one(aoti_snapshot):\n    aoti_snapshot(torch.ones(2))\n")
+    monkeypatch.setenv("CI", "true")
+    golden = pytester.path / GOLDENS / "test_one.safetensors"
+    golden.parent.mkdir(parents=True)
+    golden.write_bytes(b"")
+    named = run_pytest("-p", "no:logging")
+    named.assert_outcomes(failed=1)
+    named.stdout.fnmatch_lines(["*test_one.safetensors: an empty file, not a golden file; delete it *"])
+    updated = run_pytest("-p", "no:logging", "--aoti-snapshot-update")
+    updated.assert_outcomes(passed=1)
+    updated.stdout.fnmatch_lines(["aoti snapshot written*: *test_one.safetensors (snapshot0: written)"])
+    assert golden.stat().st_size > 0
+    run_pytest("-p", "no:logging").assert_outcomes(passed=1)

@@ -165,7 +165,7 @@ class GoldenOutputs:
 
     def _read(self) -> GoldenFile:
         if self._file is None:
-            self._file = GoldenFile.read(self.path)
+            self._file = GoldenFile.read(self.path, empty_holds_none=self.update)
         return self._file
 
     def _record(

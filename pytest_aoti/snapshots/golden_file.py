@@ -96,9 +96,18 @@ class GoldenFile:
     snapshots: dict[str, list[str]] = field(default_factory=dict)  # ``cpu/name`` → its keys
 
     @classmethod
-    def read(cls, path: Path) -> GoldenFile:
+    def read(cls, path: Path, *, empty_holds_none: bool = False) -> GoldenFile:
+        """The file at ``path``; none there holds no goldens. An empty file (pytest-aoti writes none: its writes
+        are atomic) holds none where ``empty_holds_none`` (an update, which rewrites it), else is an error."""
         if not path.exists():
             return cls(path)
+        if path.stat().st_size == 0:
+            if empty_holds_none:
+                return cls(path)
+            raise AOTISnapshotError(
+                f"{path}: an empty file, not a golden file; delete it to record its goldens anew, or rewrite it with "
+                "--aoti-snapshot-update"
+            )
         from safetensors import SafetensorError, safe_open
         from safetensors.torch import load_file
 

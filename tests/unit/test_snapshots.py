@@ -108,6 +108,17 @@ def test_a_file_that_is_not_a_golden_file(tmp_path: Path) -> None:
         GoldenOutputs(path, missing="write").check("snapshot0", torch.ones(2))
 
 
+def test_an_empty_golden_file_is_rewritten_by_an_update_and_named_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "golden.safetensors"
+    path.write_bytes(b"")
+    with pytest.raises(AOTISnapshotError, match=r"golden.safetensors: an empty file, not a golden file; delete it .*"
+                                                r"or rewrite it with --aoti-snapshot-update"):  # fmt: skip
+        GoldenOutputs(path, missing="write").check("snapshot0", torch.ones(2))
+    assert GoldenOutputs(path, missing="fail", update=True).check("snapshot0", torch.ones(2)) == "written"
+    assert GoldenOutputs(path, missing="fail").check("snapshot0", torch.ones(2)) == "matched"
+    assert GoldenFile.read(path).snapshots == {"cpu/snapshot0": ["cpu/snapshot0"]}
+
+
 def test_environment_diff_names_each_change_but_not_the_package() -> None:
     recorded = {"torch": "2.11.0+cu130", "gpu": "NVIDIA H100 (sm_90)", "package": "a" * 64}
     now = {"torch": "2.13.0", "cpu": "AMD EPYC", "package": "b" * 64}
