@@ -567,13 +567,15 @@ class BenchmarkTracker:
         target = self.config.stash[settings_key].json_path
         if target is None:
             return
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(json.dumps({"benchmarks": self.records}, indent=1) + "\n")
-        except OSError as error:  # checked at start; the disk may have changed since
+        from pytest_aoti.core.report_files import write_report
+
+        problem = write_report(target, json.dumps({"benchmarks": self.records}, indent=1) + "\n")
+        if problem is not None:  # checked at start; the disk may have changed since
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
-                reporter.write_line(f"--aoti-benchmark-json: could not write {target}: {error}", red=True)
+                reporter.write_line(f"--aoti-benchmark-json: {problem}", red=True)
+            if session.exitstatus == pytest.ExitCode.OK:  # the run does not pass without its report
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _shown_ratio(record: dict[str, Any]) -> float | None:

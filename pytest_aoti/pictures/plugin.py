@@ -133,12 +133,13 @@ class FindingsCollector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.target is None:
             return
+        from pytest_aoti.core.report_files import write_report
+
         shown = [test for test in self.tests.values() if test.properties or test.pictures or test.notes]
-        try:
-            self.target.parent.mkdir(parents=True, exist_ok=True)
-            self.target.write_text(page_html(shown, _cache_line(self.config)), encoding="utf-8")
-        except OSError as error:
-            self.written = f"aoti html: could not write {self.target}: {error.strerror or error}"
+        problem = write_report(self.target, page_html(shown, _cache_line(self.config)))
+        if problem is not None:  # checked at start; the disk may have changed since
+            self.written = f"aoti html: {problem}"
+            _lost_report(session)
             return
         pictures = sum(len(test.pictures) for test in shown)
         self.written = f"aoti html: {self.target} ({len(shown)} tests, {pictures} pictures)"
@@ -146,6 +147,13 @@ class FindingsCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.written:
             terminalreporter.write_line(self.written)
+
+
+def _lost_report(session: pytest.Session) -> None:
+    """A report that could not be written makes a run that would pass exit non-zero (pytest's own exit status for
+    an error outside the tests), so a CI job does not pass without the report it publishes."""
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _add_extras(report: pytest.TestReport, new: Findings) -> None:
