@@ -119,6 +119,7 @@ def test_baseline_recorded_passed_and_a_planted_slowdown_caught(
     written = {r["benchmark"]: r for r in json.loads((pytester.path / "out" / "bench.json").read_text())["benchmarks"]}
     assert written["test_speed"]["baseline"] == "slower" and written["test_speed"]["vs_baseline"] > 1000
     assert written["test_speed"]["outcome"] == "failed"
+    assert written["test_speed"]["fails_above"] == pytest.approx(51.0)  # the tolerance; the machine within 51x
     assert sorted(path.parent.iterdir()) == [path]  # a read-only checkout judges the same
 
     path.write_text("null")

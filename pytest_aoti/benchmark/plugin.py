@@ -508,6 +508,7 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
         "eager_vs_baseline": judgment.eager,
         "calibration_vs_baseline": judgment.calibration,
         "spread_bound": judgment.bound,
+        "fails_above": judgment.limit,  # the tolerance or the spread bound, widened on a machine that moved
         "baseline_runs": judgment.baseline_runs,
         "comparison": judgment.text,
     }
