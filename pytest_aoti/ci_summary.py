@@ -9,6 +9,8 @@ imported and the xdist workers' results are there too."""
 from __future__ import annotations
 
 import os
+import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,13 +62,33 @@ def _tests(stats: dict[str, list[Any]]) -> dict[str, _Test]:
     return tests
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "<br>")
+def folded_line(text: str) -> str:
+    """One line: a table row ends at a line break, so line breaks (and runs of spaces) become one space."""
+    return " ".join(text.split())
+
+
+def cell_text(value: str) -> str:
+    """``value`` as literal text in a GitHub-flavoured Markdown table cell. CommonMark lets any ASCII punctuation be
+    backslash-escaped and then reads it as itself, so escaping all of it leaves no emphasis (``__init__``), link,
+    image, HTML tag, entity or code span able to start; an escaped ``|`` stays in its cell."""
+    return "".join(f"\\{char}" if char in string.punctuation else char for char in folded_line(value))
+
+
+def cell_code(value: str) -> str:
+    """``value`` as a code span: fenced with one backtick more than its longest run of backticks (a shorter fence
+    would close inside it), padded with the one space each side that CommonMark strips (so a backtick at either end
+    stays content). Only ``|`` is escaped: GFM takes ``\\|`` out of a cell, code spans included, before the span."""
+    folded = folded_line(value)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", folded)), default=0) + 1)
+    in_cell = folded.replace("|", "\\|")
+    return f"{fence} {in_cell} {fence}"
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Each row's first cell (a test id) as a code span, the others as text."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return [*lines, *("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows), ""]
+    body = ["| " + " | ".join([cell_code(row[0]), *(cell_text(cell) for cell in row[1:])]) + " |" for row in rows]
+    return [*lines, *body, ""]
 
 
 def markdown(stats: dict[str, list[Any]], exitstatus: int, cache_line: str | None) -> str:
@@ -77,28 +99,28 @@ def markdown(stats: dict[str, list[Any]], exitstatus: int, cache_line: str | Non
     tally = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no tests ran"
     lines = ["## pytest-aoti", "", f"**{tally}** (exit status {exitstatus})", ""]
     failures = [
-        (f"`{nodeid}`", test.outcome, test.properties.get("aoti_verdict", ""))
+        (nodeid, test.outcome, test.properties.get("aoti_verdict", ""))
         for nodeid, test in tests.items()
         if test.outcome in ("failed", "error")
     ]
     if failures:
         lines += ["### Failures", "", *_table(("test", "outcome", "debug verdict"), failures)]
     goldens = [
-        (f"`{nodeid}`", test.properties["aoti_snapshot"])
+        (nodeid, test.properties["aoti_snapshot"])
         for nodeid, test in tests.items()
         if "aoti_snapshot" in test.properties
     ]
     if goldens:
         lines += ["### Golden outputs", "", *_table(("test", "goldens"), goldens)]
     benchmarks = [
-        (f"`{nodeid}`", *(test.properties.get(name, "") for _, name in BENCHMARK_COLUMNS))
+        (nodeid, *(test.properties.get(name, "") for _, name in BENCHMARK_COLUMNS))
         for nodeid, test in tests.items()
         if "aoti_latency_ms" in test.properties
     ]
     if benchmarks:
         lines += ["### Benchmarks", "", *_table(("test", *(title for title, _ in BENCHMARK_COLUMNS)), benchmarks)]
     if cache_line:
-        lines += [f"`{cache_line}`", ""]
+        lines += [cell_text(cache_line), ""]
     return "\n".join(lines) + "\n"
 
 
