@@ -307,6 +307,8 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
         no_children = f"{debugger} debugs the test in this process"
     option = config.option
     distributed = getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
+    if distributed and not hasattr(config, "workerinput"):
+        _refuse_a_dist_that_loses_crashes(config, settings, str(option.dist))
     if hasattr(config, "workerinput") or distributed:
         guard = CrashGuard.XDIST
     elif no_children is not None:
@@ -330,6 +332,31 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
         crash_guard=guard,
         no_children_reason=no_children,
         crash_guard_blocked_by_debugger=not objects and debugger is not None,
+    )
+
+
+# pytest-xdist's schedulers that do not survive a worker's crash (3.8.0, also without pytest-aoti): loadgroup hangs
+# after it; loadscope and loadfile give the crashed test to each replacement worker in turn, until xdist stops
+# replacing them, and never run the rest of its scope or file.
+DIST_LOSING_CRASHES = ("loadgroup", "loadscope", "loadfile")
+
+
+def _refuse_a_dist_that_loses_crashes(config: pytest.Config, settings: Settings, dist: str) -> None:
+    """``--aoti-debug`` promises that a crash fails only its test, and under ``-n`` a crash takes its worker with it.
+    Where a test runs in a child of its own (``--aoti-isolate``), the worker survives it."""
+    if dist not in DIST_LOSING_CRASHES or settings.isolate or not settings.debug:
+        return
+    what = (
+        "hangs once a worker crashes"
+        if dist == "loadgroup"
+        else "gives a test that crashed its worker to each new worker in turn, and never runs the rest of its "
+        + ("scope" if dist == "loadscope" else "file")
+    )
+    raise pytest.UsageError(
+        f"{_value(config, 'debug')[1]} with -n and --dist {dist}: pytest-xdist's {dist} scheduler {what}, so a crash "
+        "would not fail only its test. Use --dist load or worksteal, add --aoti-isolate (each aoti test in a fresh "
+        "subprocess: a crash leaves its worker alive), or leave out -n (pytest-aoti then runs the session in one "
+        "supervised worker)"
     )
 
 

@@ -327,7 +327,8 @@ def test_pytest_exit_in_a_test_ends_the_guarded_run_with_its_code(
     pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
     """``pytest.exit(returncode=7)`` under ``--aoti-debug`` (and ``-n 2``) ends the run with status 7, as plain
-    pytest does, not as a crash of the worker or an INTERNALERROR (issue #43 C2)."""
+    pytest does, not as a crash of the worker or an INTERNALERROR (issue #43 C2); so does a test marked ``aoti_ima``
+    in a plain run, where it runs in a child of its own (issue #50 item 14)."""
     pytester.makepyfile(
         test_exits="""
         import pytest
@@ -335,6 +336,7 @@ def test_pytest_exit_in_a_test_ends_the_guarded_run_with_its_code(
         def test_before():
             pass
 
+        @pytest.mark.aoti_ima
         def test_exits():
             pytest.exit("the suite asked to stop", returncode=7)
 
@@ -342,7 +344,7 @@ def test_pytest_exit_in_a_test_ends_the_guarded_run_with_its_code(
             pass
         """
     )
-    for options in (["--aoti-debug"], ["-n", "2"]):
+    for options in (["--aoti-debug"], ["-n", "2"], []):
         result = run_pytest(*options, "-p", "no:randomly", "--junitxml=r.xml")
         assert result.ret == 7, options
         text = result.stdout.str() + result.stderr.str()
@@ -350,6 +352,6 @@ def test_pytest_exit_in_a_test_ends_the_guarded_run_with_its_code(
         assert "the suite asked to stop" in text
         cases = junit_cases(pytester.path / "r.xml")
         assert "test_exits" not in cases and all(not case["outcomes"] for case in cases.values()), cases
-        if options == ["--aoti-debug"]:  # one worker, pytest's order: nothing ran after the exit
+        if options != ["-n", "2"]:  # one worker or none, pytest's order: nothing ran after the exit
             # Plain pytest's JUnit file too has a nameless case: junitxml times the exiting test's setup report.
             assert [name for name in cases if name] == ["test_before"]

@@ -218,3 +218,57 @@ def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pyte
     text = result.stdout.str()
     assert "timed out after 3 s in an isolated subprocess (pytest-aoti)" in text, text
     assert "the isolated run timed out after 3 s; the debug stages would hang the same way" in text, text
+
+
+WARNS_CONFTEST = """
+def pytest_configure(config):
+    config.issue_config_time_warning(UserWarning("configuring warns"), stacklevel=2)
+"""
+
+WARNS_ONCE = """
+import warnings
+
+import pytest
+
+warnings.warn("collecting the module warns", UserWarning)
+
+
+@pytest.mark.aoti_ima
+@pytest.mark.parametrize("n", range(3))
+def test_isolated(n):
+    if n == 0:
+        warnings.warn("the test itself warns", UserWarning)
+"""
+
+
+def test_each_warning_counts_once_with_isolated_tests(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """Three tests marked ``aoti_ima`` in a plain run, each in a child of its own: the warnings of configuring and
+    collecting are the parent's, counted once, and the test's own warning comes back once (issue #50 item 18)."""
+    pytester.makeconftest(WARNS_CONFTEST)
+    pytester.makepyfile(test_user=WARNS_ONCE)
+    result = run_pytest("-p", "no:xdist")
+    result.assert_outcomes(passed=3, warnings=3)
+    text = result.stdout.str()
+    for warning in ("configuring warns", "collecting the module warns", "the test itself warns"):
+        assert text.count(f"UserWarning: {warning}") == 1, text
+    assert "test_user.py::test_isolated[0]" in text  # the test's own warning names it
+
+
+@pytest.mark.parametrize("dist", ["loadgroup", "loadscope", "loadfile"])
+def test_debug_under_a_dist_that_loses_crashes_is_refused(
+    pytester: pytest.Pytester, run_pytest: RunPytest, dist: str
+) -> None:
+    """pytest-xdist 3.8.0's loadgroup hangs after a worker crashes; loadscope and loadfile give the crashed test to
+    each new worker and never run the rest of its scope or file (both without pytest-aoti too). ``--aoti-debug``
+    promises that a crash fails only its test, so under ``-n`` it refuses them at start (issue #50 item 19)."""
+    pytester.makepyfile(test_user="def test_passes():\n    pass\n")
+    refused = run_pytest("--aoti-debug", "-n", "2", f"--dist={dist}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        [f"ERROR: --aoti-debug with -n and --dist {dist}: pytest-xdist's {dist} scheduler *Use --dist load or *"]
+    )
+    if dist == "loadgroup":
+        # Without -n (a --dist in addopts): pytest-aoti runs the session in one supervised worker, scheduled by load.
+        run_pytest("--aoti-debug", f"--dist={dist}").assert_outcomes(passed=1)
+        # Each aoti test in a child of its own: a crash leaves its worker alive.
+        run_pytest("--aoti-debug", "--aoti-isolate", "-n", "2", f"--dist={dist}").assert_outcomes(passed=1)

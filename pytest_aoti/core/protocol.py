@@ -8,9 +8,10 @@ The parent starts a child with (all but the first two optional):
   ``sanitizer``, ``numerics``);
 - ``NODEID_ENV`` / ``TEST_PATH_ENV``: the one test to run, and the file that defines it;
 - ``REPORT_FILE_ENV``: where the child appends its events (:class:`Event`: test reports, warnings, the phases the
-  compiled-model code passes through so a crash can be placed, stage numerics' finding), one JSON line each,
-  ``{"event": NAME, "data": {...}}``, appended as they happen so a crash loses none written before it; the parent
-  decodes them with :func:`decode_events`, where an unknown event is an error, as in pytest-xdist's controller;
+  compiled-model code passes through so a crash can be placed, stage numerics' finding, a ``pytest.exit``), one JSON
+  line each, ``{"event": NAME, "data": {...}}``, appended as they happen so a crash loses none written before it;
+  the parent decodes them with :func:`decode_events`, where an unknown event is an error, as in pytest-xdist's
+  controller;
 - ``BUNDLE_ENV``: where the failing call records a repro bundle;
 - ``NUMERICS_ENV``: where stage numerics captures both sides of every call.
 """
@@ -105,6 +106,7 @@ class Event(str, enum.Enum):
     WARNING = "warning"  # a warning, as pytest-xdist's workers send theirs
     PHASE = "phase"  # {"phase": "export"|"compile"|"load"|"loaded"|"run"|"ran", "detail": ...}: where the call is
     FINDING = "finding"  # stage numerics' Finding (below)
+    EXIT = "exit"  # the test called pytest.exit: an ExitRequest (below), which the parent raises again
 
     def __str__(self) -> str:
         return self.value
@@ -142,6 +144,24 @@ def decode_events(lines: Iterable[str]) -> Iterator[tuple[Event, dict[str, Any]]
         except ValueError:
             raise ProtocolError(f"a child sent an unknown event {name!r}: {line[:200]!r}") from None
         yield event, record.get("data") or {}
+
+
+@dataclass(frozen=True)
+class ExitRequest:
+    """``pytest.exit(reason, returncode)`` called in a child: the parent ends its own session the same way, as
+    pytest would have without the child."""
+
+    reason: str
+    returncode: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExitRequest:
+        """The request a child sent; a return code that is not an int is pytest's default (None)."""
+        returncode = data.get("returncode")
+        return cls(str(data.get("reason", "")), returncode if type(returncode) is int else None)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from pytest_aoti.core.protocol import (
     REPORT_FILE_ENV,
     TEST_PATH_ENV,
     Event,
+    ExitRequest,
     Finding,
     Outcome,
     ProtocolError,
@@ -79,6 +80,7 @@ class ChildRun:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)  # the phases the compiled-model code announced, in order
     finding: Finding | None = None  # stage numerics' answer
+    exit: ExitRequest | None = None  # the test called pytest.exit: the parent ends its session the same way
     error: str | None = None
     timeout: float | None = None
     attempt: int = 1  # the stage's run: 2 and up are extra runs of a stage that did not reproduce the failure
@@ -323,6 +325,8 @@ def _finish(
         outcome, error = Outcome.ERROR, broken_stream
     else:
         outcome, error = _outcome(stream.reports, returncode, setup.nodeid)
+        if outcome is Outcome.ERROR and stream.exit is not None:
+            error = f"the test called pytest.exit: {stream.exit.reason}"
     return ChildRun(
         stage=setup.stage,
         attempt=setup.attempt,
@@ -340,6 +344,7 @@ def _finish(
         warnings=stream.warnings,
         phases=stream.phases,
         finding=stream.finding,
+        exit=stream.exit,
     )
 
 
@@ -480,12 +485,13 @@ def _signal_name(returncode: int | None) -> str | None:
 
 @dataclass
 class ChildStream:
-    """What a child streamed back: its test reports, warnings, phases and stage numerics' finding."""
+    """What a child streamed back: its test reports, warnings, phases, stage numerics' finding and a pytest.exit."""
 
     reports: list[pytest.TestReport] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     finding: Finding | None = None
+    exit: ExitRequest | None = None
 
 
 def read_stream(config: pytest.Config, path: Path) -> ChildStream:
@@ -506,6 +512,8 @@ def read_stream(config: pytest.Config, path: Path) -> ChildStream:
                 stream.finding = Finding.from_dict(data)
             except (TypeError, ValueError):
                 pass  # not a finding this side can read: the stage says it found none
+        elif event is Event.EXIT:
+            stream.exit = ExitRequest.from_dict(data)
         else:
             report = config.hook.pytest_report_from_serializable(config=config, data=data)
             if isinstance(report, pytest.TestReport):

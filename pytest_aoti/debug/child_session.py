@@ -19,7 +19,7 @@ import pytest
 
 from pytest_aoti.core import phases
 from pytest_aoti.core.observers import CallCapture, CallObservers
-from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Stage
+from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Event, ExitRequest, Stage, append_event
 from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, write_warning
 from pytest_aoti.debug.child_args import without_xdist_group
 from pytest_aoti.debug.crash_route import stamp_test_report
@@ -116,8 +116,16 @@ class ChildSession:
             terminalreporter.write_line(cache_summary(stats))
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
-        if self.report_file:
+        """Only the test's own warnings go back: those of configuring and collecting ("config", "collect") the
+        parent recorded itself, from the same files, and would count again for each child."""
+        if self.report_file and when == "runtest":
             write_warning(warning_message, when, nodeid, self.report_file)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """The test called ``pytest.exit``: the parent ends its session with the same reason and return code."""
+        if self.report_file and isinstance(excinfo.value, pytest.exit.Exception):
+            request = ExitRequest(excinfo.value.msg, excinfo.value.returncode)
+            append_event(self.report_file, Event.EXIT, request.to_dict())
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:

@@ -276,6 +276,9 @@ class ParentSession:
         for record in run.warnings:
             replay_warning(self.config, record)
         self._log_isolated(item, run, reason, resolved.debug)
+        if run.exit is not None:
+            # As pytest does in-process: the reports made before the exit are logged, then the session ends.
+            pytest.exit(run.exit.reason, returncode=run.exit.returncode)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         raise_if_interrupted(self.config)
         return True

@@ -461,7 +461,7 @@ def isolated_reports(
 ) -> list[pytest.TestReport]:
     """The child's reports as the parent logs them: each with a note on why it ran isolated, completed through
     :func:`~pytest_aoti.debug.crash_route.crash_reports` (with the debug verdict ``attach`` gives) for the phase the
-    child never reported (it crashed, timed out or exited early)."""
+    child never reported (it crashed, timed out or exited early), unless the test called ``pytest.exit``."""
     note = (ISOLATION_TITLE, f"ran in a fresh subprocess: {reason}")
     reports = list(run.reports)
     for report in reports:
@@ -470,8 +470,10 @@ def isolated_reports(
         # and xdist checks that a worker reports the item it runs.
         report.nodeid = item.nodeid
     died_in = run.unreported_phase
-    if died_in is None:
-        return reports  # the test was fully reported; whatever ended the child came after it
+    if died_in is None or run.exit is not None:
+        # The test was fully reported, and whatever ended the child came after it; or the test called pytest.exit,
+        # which ends the parent's session too, with no report of the phase it was called in (as in-process).
+        return reports
     setup = next((report for report in reports if report.when == "setup"), None)
     # The device it set up on: junitxml reads it from the teardown report, which the child never sent.
     crash = Crash(died_in, isolation_failure_text(run), record_of(setup).device if setup is not None else None)

@@ -34,3 +34,14 @@ def test_triage_picks_the_stages_by_kind() -> None:
     nan = triage(FailureKind.OUTPUT_NONFINITE, request)
     assert (nan.stages, nan.nonfinite_failure) == (("kernels", "tensors", "minify"), True)
     assert triage(None, request, no_children_reason="--pdb").not_rerun == "--pdb"  # a session without children
+
+
+def test_a_childs_pytest_exit_crosses_as_an_exit_event() -> None:
+    from pytest_aoti.core.protocol import Event, ExitRequest, decode_events, encode_event
+
+    line = encode_event(Event.EXIT, ExitRequest("the suite asked to stop", 7).to_dict())
+    ((event, data),) = decode_events([line])
+    assert event is Event.EXIT and ExitRequest.from_dict(data) == ExitRequest("the suite asked to stop", 7)
+    # pytest.exit's default return code, and one that is not a number, are pytest's default: None.
+    assert ExitRequest.from_dict({"reason": "stop"}) == ExitRequest("stop", None)
+    assert ExitRequest.from_dict({"reason": "stop", "returncode": "7"}).returncode is None
