@@ -4,8 +4,8 @@ The probe (one Python per candidate ISA, each importing torch) runs in every fre
 the H100 machine, in each xdist worker and debug child. Its verdict depends only on the CPU, torch and the C++
 compiler, so the first process that probes records it in the package cache (when every candidate ISA passed), and
 every later session on the machine sets ``TORCHINDUCTOR_VEC_ISA_OK=1`` for itself and the processes it starts: its
-xdist workers and debug children inherit it. Never when the user set the variable; the package key is the same
-either way (``core.cache``)."""
+xdist workers and debug children inherit it. Never when the user set the variable, nor in a run that clears the
+cache; the package key is the same either way (``core.cache``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
 
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[settings_key]
-    if not settings.use_cache or VEC_ISA_OK_ENV in os.environ:
+    # --aoti-cache-clear forgets the verdict with the packages, for this run too (it is deleted after this hook, in
+    # plugin.py's, and an xdist worker starts after that): this run probes, and records the verdict again.
+    if not settings.use_cache or settings.cache_clear or VEC_ISA_OK_ENV in os.environ:
         return
     from pytest_aoti.core.cache import isa_probe_recorded
 

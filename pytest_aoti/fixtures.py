@@ -33,7 +33,9 @@ def session_cache(config: pytest.Config) -> PackageCache | None:
         from pytest_aoti.core.cache import PackageCache
 
         config.stash[cache_key] = (
-            PackageCache.open(settings.cache_dir, settings.cache_max_bytes, settings.remote_cache)
+            PackageCache.open(
+                settings.cache_dir, settings.cache_max_bytes, settings.remote_cache, settings.remote_cache_off
+            )
             if settings.use_cache
             else None
         )

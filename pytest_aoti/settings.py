@@ -229,7 +229,7 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
     """The remote cache's settings (``remote_cache``), or why the one named is not used (``remote_cache_off``).
     Precedence: ini < ``$PYTEST_AOTI_CACHE_URL`` < ``--aoti-cache-url``. The secret comes from the environment only,
     and no message here shows it or the URL's password."""
-    from pytest_aoti.core.remote_cache import RemoteSettings, redact, register_password
+    from pytest_aoti.core.remote_cache import RemoteSettings, mask_url
 
     url, source = _value(config, "cache-url")
     if config.getoption("aoti_cache_url") is None and os.environ.get(CACHE_URL_ENV, "").strip():
@@ -238,7 +238,7 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
     if not url or _value(config, "no-cache")[0]:
         return {}
     if not re.match(r"^(rediss?|unix)://", url):
-        raise pytest.UsageError(f"{source}: expected redis://[:password@]host:port/db, got {redact(url)!r}")
+        raise pytest.UsageError(f"{source}: expected redis://[:password@]host:port/db, got {mask_url(url)!r}")
     if importlib.util.find_spec("redis") is None:
         raise pytest.UsageError(
             f"{source}: the remote cache needs the redis client: pip install 'pytest-aoti[remote-cache]'"
@@ -246,25 +246,23 @@ def _remote_cache(config: pytest.Config) -> dict[str, Any]:
     from redis.connection import parse_url
 
     try:
-        parsed = parse_url(url)  # type: ignore[no-untyped-call]
+        parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError:
         # Neither the URL nor redis-py's message is shown: both may hold parts of the password.
         raise pytest.UsageError(
             f"{source}: redis-py cannot parse this URL (not shown: it may hold a password); a password holding '/', "
             "'@', ':', '?' or '#' must be percent-encoded (%2F, %40, %3A, %3F, %23)"
         ) from None
-    if parsed.get("password"):
-        register_password(str(parsed["password"]))
     # The database as redis-py reads it (the URL's path), which quietly becomes db 0 when it is not a number.
     db_path = urllib.parse.urlsplit(url).path.strip("/") if not url.startswith("unix://") else ""
     if db_path and not db_path.isdigit():
         raise pytest.UsageError(
-            f"{source}: {redact(url)!r}: the database after the host is {db_path!r}; expected a number"
+            f"{source}: {mask_url(url)!r}: the database after the host is {db_path!r}; expected a number"
         )
     secret = os.environ.get(CACHE_SECRET_ENV, "")
     if not secret and not _value(config, "cache-unsigned")[0]:
         return {
-            "remote_cache_off": f"{redact(url)} not used: ${CACHE_SECRET_ENV} is not set (set it to sign and verify "
+            "remote_cache_off": f"{mask_url(url)} not used: ${CACHE_SECRET_ENV} is not set (set it to sign and verify "
             "entries, or pass --aoti-cache-unsigned)"
         }
     remote = RemoteSettings(url, secret.encode() or None, readonly=bool(_value(config, "cache-readonly")[0]))

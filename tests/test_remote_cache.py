@@ -25,13 +25,15 @@ torch = pytest.importorskip("torch")
 
 from pytest_aoti.core.cache import PackageCache  # noqa: E402
 from pytest_aoti.core.remote_cache import (  # noqa: E402
+    FORGED,
+    OTHER_SECRET,
     AOTIRemoteCacheWarning,
     Fetched,
     Refused,
     RemoteSettings,
     RemoteStore,
     manifest_key,
-    redact,
+    mask_url,
 )
 
 SECRET = b"s3cret-for-tests"
@@ -123,7 +125,7 @@ def test_tampered_truncated_and_wrongly_signed_entries_are_refused(
         "tampered (its bytes do not match its manifest)"
     )
     assert target.read_bytes() == b""  # nothing of it is kept
-    # A forger who also rewrites the checksum cannot sign: the signature is over the key and the bytes.
+    # A forger who also rewrites the checksum cannot sign: the signature is over the key and the whole manifest.
     _flip_one_byte(shared_server, forged)
     entry = manifest(shared_server, forged)
     chunks = [admin.get(f"{manifest_key(forged)}:{entry['upload']}:{n}") for n in range(int(str(entry["chunks"])))]
@@ -131,13 +133,14 @@ def test_tampered_truncated_and_wrongly_signed_entries_are_refused(
 
     entry["sha256"] = hashlib.sha256(b"".join(chunks)).hexdigest()
     admin.set(manifest_key(forged), json.dumps(entry))
-    wrongly_signed = Refused("wrongly signed: signed with another secret, or forged; not replaced", replaceable=False)
-    assert store(shared_server.url()).fetch(forged, target) == wrongly_signed
-    assert store(shared_server.url(), secret=b"another secret").fetch(truncated, target) == wrongly_signed
-    last = f"{manifest_key(truncated)}:{manifest(shared_server, truncated)['upload']}:0"
-    admin.set(last, admin.get(last)[:100])
+    assert store(shared_server.url()).fetch(forged, target) == Refused(FORGED)
+    other_secret = Refused(OTHER_SECRET, replaceable=False)
+    assert store(shared_server.url(), secret=b"another secret").fetch(truncated, target) == other_secret
+    first = f"{manifest_key(truncated)}:{manifest(shared_server, truncated)['upload']}:0"
+    admin.set(first, admin.get(first)[:100])
+    count = manifest(shared_server, truncated)["chunks"]
     assert store(shared_server.url()).fetch(truncated, target) == Refused(
-        f"truncated ({package.stat().st_size - CHUNK + 100} of {package.stat().st_size} bytes)"
+        f"truncated (chunk 1 of {count} is 100 bytes, its manifest says {CHUNK})"
     )
     # Written without a secret (--aoti-cache-unsigned): a reader with one refuses it; one without reads it.
     assert store(shared_server.url(), secret=None).upload(unsigned, package, compile_seconds=1.0)
@@ -155,13 +158,95 @@ def test_a_missing_chunk_and_an_oversized_entry_are_refused(
         f"larger than the local cache's cap ({size} bytes)"
     )
     entry = manifest(shared_server, key)
-    shared_server.admin().set(manifest_key(key), json.dumps({**entry, "size": 10}))  # a forged, smaller size
+    second = f"{manifest_key(key)}:{entry['upload']}:1"
+    good = shared_server.admin().get(second)
+    shared_server.admin().set(second, good + b"!")  # one byte more than the manifest says
     assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(
-        "larger than its manifest says (10 bytes)"
+        f"larger than its manifest says (chunk 2 of {entry['chunks']} is {CHUNK + 1} bytes, not {CHUNK})"
     )
-    shared_server.admin().set(manifest_key(key), json.dumps(entry))
+    shared_server.admin().set(second, good)
     shared_server.admin().delete(f"{manifest_key(key)}:{entry['upload']}:3")
     assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(f"missing chunk 4 of {entry['chunks']}")
+
+
+@pytest.mark.parametrize("value", ["x", None, -1e308], ids=["a string", "null", "-1e308"])
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["signed", "unsigned"])
+def test_a_manifest_field_changed_on_the_server_is_refused_recompiled_and_replaced(
+    shared_server: RedisServer, package: Path, tmp_path: Path, value: object, secret: bytes | None
+) -> None:
+    """Issue 50, item 1: compile_seconds set to "x", null or -1e308 in Redis, the bytes and the signature intact.
+    Every test using the package failed (ValueError, TypeError), or the summary said "-inf s saved". Now the runner
+    refuses the entry (signed: the signature covers every field; unsigned: each field is checked), recompiles and
+    replaces it, and the next runner loads the replacement and saves the real compile time."""
+    import hashlib
+
+    settings = RemoteSettings(shared_server.url(), secret, chunk_bytes=CHUNK)
+    key = hashlib.sha256(f"{value!r} {secret!r}".encode()).hexdigest()
+    runner_a = PackageCache.open(tmp_path / "a", 1 << 30, settings)
+    assert runner_a is not None
+    runner_a.store(key, package, compile_seconds=3.0)
+    shared_server.admin().set(manifest_key(key), json.dumps({**manifest(shared_server, key), "compile_seconds": value}))
+    runner_b = PackageCache.open(tmp_path / "b", 1 << 30, settings)
+    assert runner_b is not None and runner_b.lookup(key) is None
+    shown = json.dumps(value)
+    reason = FORGED if secret else f"invalid manifest (compile_seconds is {shown}, expected seconds from 0 to a week)"
+    assert runner_b.stats.refused == [f"{key[:12]}: {reason}"]
+    assert not list((tmp_path / "b").glob("*/*.pt2"))
+    runner_b.store(key, package, compile_seconds=3.0)
+    assert runner_b.stats.uploaded == 1 and manifest(shared_server, key)["compile_seconds"] == 3.0
+    runner_c = PackageCache.open(tmp_path / "c", 1 << 30, settings)
+    assert runner_c is not None and runner_c.lookup(key) is not None
+    assert (runner_c.stats.remote_hits, runner_c.stats.saved_seconds) == (1, 3.0)
+    sidecar = json.loads(next((tmp_path / "c").glob("*/*.json")).read_text())
+    assert sidecar["compile_seconds"] == 3.0
+
+
+def _bytes_sent(server: RedisServer) -> int:
+    sent: int = server.admin().info("stats")["total_net_output_bytes"]
+    return sent
+
+
+def test_a_forged_oversized_chunk_or_manifest_is_refused_before_it_is_downloaded(
+    shared_server: RedisServer, package: Path, tmp_path: Path
+) -> None:
+    """Issue 50, item 3: a chunk replaced by 32 MiB (400 MB in the report, 1.57 GB of memory per xdist worker) is
+    refused from its length on the server (STRLEN) against the signed manifest; a manifest padded to 32 MiB is read
+    no further than a manifest can be long. The server's own count of bytes sent shows that neither was downloaded."""
+    key = "22" * 32
+    assert store(shared_server.url()).upload(key, package, compile_seconds=1.0)
+    entry = manifest(shared_server, key)
+    forged = 32 << 20
+    shared_server.admin().set(f"{manifest_key(key)}:{entry['upload']}:1", b"\0" * forged)
+    before = _bytes_sent(shared_server)
+    assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(
+        f"larger than its manifest says (chunk 2 of {entry['chunks']} is {forged} bytes, not {CHUNK})"
+    )
+    assert _bytes_sent(shared_server) - before < 64 << 10
+    padded = json.dumps(entry).encode() + b" " * forged  # valid JSON, 32 MiB long
+    shared_server.admin().set(manifest_key(key), padded)
+    before = _bytes_sent(shared_server)
+    assert store(shared_server.url()).fetch(key, tmp_path / "f.pt2") == Refused(
+        "unreadable manifest (over 65536 bytes)"
+    )
+    assert _bytes_sent(shared_server) - before < 128 << 10
+
+
+def test_a_value_of_another_type_under_an_entrys_name_is_refused(
+    shared_server: RedisServer, package: Path, tmp_path: Path
+) -> None:
+    """A list where a manifest or a chunk should be (WRONGTYPE from the server): that entry is refused, and the
+    remote cache goes on for the others."""
+    admin, remote = shared_server.admin(), store(shared_server.url())
+    not_ours = Refused("not a cache entry (a Redis value of another type under its name)")
+    admin.rpush(manifest_key("23" * 32), "x")
+    assert remote.fetch("23" * 32, tmp_path / "f.pt2") == not_ours
+    assert remote.upload("24" * 32, package, compile_seconds=1.0)
+    chunk = f"{manifest_key('24' * 32)}:{manifest(shared_server, '24' * 32)['upload']}:2"
+    admin.delete(chunk)
+    admin.rpush(chunk, "x")
+    assert remote.fetch("24" * 32, tmp_path / "f.pt2") == not_ours
+    assert remote.problem is None and remote.upload("25" * 32, package, compile_seconds=1.0)
+    assert isinstance(remote.fetch("25" * 32, tmp_path / "f.pt2"), Fetched)
 
 
 def test_a_refused_entry_is_recompiled_and_replaced_and_readonly_writes_nothing(
@@ -216,7 +301,7 @@ def test_an_entry_signed_with_another_secret_is_refused_but_not_replaced(
     stray_settings = RemoteSettings(shared_server.url(), b"a rotated secret", chunk_bytes=CHUNK)
     stray = PackageCache.open(tmp_path / "stray", 1 << 30, stray_settings)
     assert stray is not None and stray.lookup(key) is None
-    assert stray.stats.refused == [f"{key[:12]}: wrongly signed: signed with another secret, or forged; not replaced"]
+    assert stray.stats.refused == [f"{key[:12]}: {OTHER_SECRET}"]
     stray.store(key, package, compile_seconds=3.0)
     assert stray.stats.uploaded == 0 and manifest(shared_server, key) == good
     again = PackageCache.open(tmp_path / "fleet-again", 1 << 30, fleet_settings)
@@ -386,7 +471,10 @@ def test_no_password_or_secret_in_what_the_store_says() -> None:
     settings = RemoteSettings("redis://user:pass-word@host:6379/0", SECRET)
     assert "pass-word" not in repr(settings) and "s3cret" not in repr(settings)
     assert settings.shown_url == "redis://***@host:6379/0"
-    assert redact("a redis://:pw@h:1/0 and rediss://u:pw@h:2/1") == "a redis://***@h:1/0 and rediss://***@h:2/1"
+    assert [mask_url("redis://:pw@h:1/0"), mask_url("rediss://u:pw@h:2/1")] == [
+        "redis://***@h:1/0",
+        "rediss://***@h:2/1",
+    ]
 
 
 def test_a_debug_childs_reproduce_line_hides_the_password(tmp_path: Path) -> None:
@@ -405,3 +493,41 @@ def test_a_debug_childs_reproduce_line_hides_the_password(tmp_path: Path) -> Non
         cwd=tmp_path,
     )
     assert "pass-word" not in run.reproduce and "--aoti-cache-url=redis://***@cache.ci:6379/0" in run.reproduce
+
+
+def test_a_password_inside_node_ids_and_paths_is_not_rewritten(tmp_path: Path) -> None:
+    """Issue 50, item 2: with the password ``test``, the reproduce line read
+    ``PYTEST_AOTI_NODEID=***_r.py::***_03_fails`` (pasted, it selected no test, and it told the password). Only the
+    URL is masked; the child's environment shows neither the URL's password nor the secret."""
+    from pytest_aoti.debug.child import ChildRun
+
+    workdir = tmp_path / "test" / "main"
+    run = ChildRun(
+        stage="kernels",
+        outcome="passed",  # type: ignore[arg-type]
+        returncode=0,
+        seconds=1.0,
+        signal_name=None,
+        log_path=workdir / "log",
+        command=[
+            "python",
+            "-m",
+            "pytest",
+            "-o",
+            "aoti_cache_url=redis://:test@cache.ci:6379/0",
+            "test_r.py",
+            "-k",
+            "test",
+        ],
+        env_delta={
+            "PYTEST_AOTI_NODEID": "test_r.py::test_03_fails",
+            "PYTEST_AOTI_CACHE_URL": "redis://:test@cache.ci:6379/0",
+            "PYTEST_AOTI_CACHE_SECRET": "s3cret-in-the-env",
+        },
+        cwd=workdir,
+    )
+    assert run.reproduce == (
+        f"cd {workdir} && PYTEST_AOTI_NODEID=test_r.py::test_03_fails "
+        "PYTEST_AOTI_CACHE_URL='redis://***@cache.ci:6379/0' python -m pytest -o "
+        "'aoti_cache_url=redis://***@cache.ci:6379/0' test_r.py -k test"
+    )

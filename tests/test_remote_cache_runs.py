@@ -56,8 +56,9 @@ def test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Runner A compiles and uploads; runner B (a fresh local cache, under xdist) loads A's package; after one byte
-    of the entry is flipped on the server, runner C refuses it, recompiles and replaces it; runner D, given a wrong
-    password on the command line, warns once and compiles. The server's password and the secret appear nowhere."""
+    of the entry is flipped on the server, runner C refuses it, recompiles and replaces it; runner E does the same
+    for an entry whose compile_seconds was changed; runner D, given a wrong password on the command line, warns
+    once and compiles. The server's password and the secret appear nowhere."""
     pytester.makepyfile(test_model=TEST_MLP)
     monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", server.url(password=PASSWORD))
     monkeypatch.setenv("PYTEST_AOTI_CACHE_SECRET", SECRET)
@@ -90,6 +91,20 @@ def test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry(
         ]
     )
     assert properties["aoti_from_cache"] == "False"  # recompiled: the tampered package was never loaded
+
+    # Issue 50, item 1: a manifest field changed on the server, its signature left as it was, failed every test
+    # that used the package (ValueError: could not convert string to float: 'x'). Refused, recompiled, replaced.
+    admin = server.admin()
+    for name in admin.keys("pytest-aoti:1:" + "?" * 64):
+        admin.set(name, json.dumps({**json.loads(admin.get(name)), "compile_seconds": "x"}))
+    result, properties = runner("e")
+    result.stdout.fnmatch_lines(
+        [
+            "aoti cache: 0 hits (0 remote), 1 misses, *, 1 uploaded, 1 remote entry refused and recompiled "
+            "(*: wrongly signed: changed on the server or forged (its signature does not match))"
+        ]
+    )
+    assert properties["aoti_from_cache"] == "False"
 
     result, _ = runner("d", f"--aoti-cache-url={server.url(password='a-wrong-one')}")
     text = _text(result)
@@ -127,6 +142,25 @@ def test_the_header_says_how_the_remote_cache_is_trusted(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--aoti-cache-url: expected redis://[:password@]host:port/db, got 'http://***@cache.example/'" in _text(
         result
+    )
+    assert "hidden-pw" not in _text(result)
+
+
+def test_under_q_the_summary_says_why_the_remote_cache_was_skipped(
+    pytester: pytest.Pytester, run_pytest: RunPytest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50, item 4: -q hides the header, the only place that said the remote cache was not used. The summary
+    line says it too. (No server: the remote cache is not used.)"""
+    pytester.makepyfile(test_model=TEST_MLP)
+    monkeypatch.delenv("PYTEST_AOTI_CACHE_SECRET", raising=False)
+    monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", "redis://:hidden-pw@cache.example:6379/2")
+    result = run_pytest("-q")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "aoti cache: * s saved; remote cache redis://***@cache.example:6379/2 not used: "
+            "$PYTEST_AOTI_CACHE_SECRET is not set (set it to sign and verify entries, or pass --aoti-cache-unsigned)"
+        ]
     )
     assert "hidden-pw" not in _text(result)
 
@@ -195,3 +229,38 @@ def test_a_verdict_goes_only_into_a_marked_cache_and_is_cleared_with_it(tmp_path
     assert record_isa_probe(tmp_path / "cache") and isa_probe_recorded(tmp_path / "cache")
     clear_cache_dir(tmp_path / "cache")
     assert not isa_probe_recorded(tmp_path / "cache")
+
+
+TEST_ISA_ENV = """
+import os
+from pathlib import Path
+
+def test_sees():
+    Path(os.environ["ISA_SEEN"]).write_text(os.environ.get("TORCHINDUCTOR_VEC_ISA_OK", "unset"))
+"""
+
+
+def test_the_run_that_clears_the_cache_forgets_the_verdict_too(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50, item 5: --aoti-cache-clear deleted the recorded ISA verdict, but its own run had read it already
+    and skipped the probe. Now that run probes (and records the verdict again). Fresh interpreters: the fork server
+    sets the variable itself."""
+    pytest.importorskip("torch")
+    import torch._inductor.cpu_vec_isa
+
+    from pytest_aoti.core.cache import PackageCache, isa_probe_recorded, record_isa_probe
+    from pytest_aoti.core.torch_private import vector_isa_probe_passed
+
+    torch._inductor.cpu_vec_isa.valid_vec_isa_list()
+    if not vector_isa_probe_passed():
+        pytest.skip("not every vector ISA this CPU advertises passed Inductor's probe: nothing is recorded")
+    cache, seen = tmp_path / "cache", tmp_path / "seen"
+    assert PackageCache.open(cache, max_bytes=1 << 30) is not None and record_isa_probe(cache)
+    pytester.makepyfile(test_isa_env=TEST_ISA_ENV)
+    monkeypatch.setenv("ISA_SEEN", str(seen))
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
+    assert seen.read_text() == "1"  # the verdict is used
+    run_pytest("--aoti-cache-clear", cache=cache, fresh=True).assert_outcomes(passed=1)
+    assert seen.read_text() == "unset" and not isa_probe_recorded(cache)

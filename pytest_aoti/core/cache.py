@@ -72,15 +72,26 @@ class CacheStats:
     refused: list[str] = field(default_factory=list)  # "<key[:12]>: <reason>" of each remote entry refused
     remote_problem: str = ""  # why the remote cache stopped (or stopped storing), as the warning said
     remote_in_use: bool = False  # a remote cache is configured for this process
+    # What the summary says of the remote cache besides its hits: why it is not used, or that it is unsigned or
+    # read-only (the header says so too, but -q hides the header).
+    remote_state: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (xdist sends them from each worker to the controller)."""
         return {**vars(self), "refused": list(self.refused)}
 
 
+# Refused entries named per reason in the summary: the first few keys, then how many more.
+_KEYS_SHOWN = 3
+# This many entries signed with another secret, and more of them than entries this run's secret verified: the
+# runner's own secret is the likely cause (it differs from the one the fleet signs with).
+_OTHER_SECRET_HINT_AT = 2
+
+
 def cache_summary(stats: list[dict[str, Any]]) -> str:
     """One line over the cache statistics of this process and of every xdist worker:
-    ``aoti cache: 5 hits (3 remote), 1 misses, ...``; refused remote entries are named."""
+    ``aoti cache: 5 hits (3 remote), 1 misses, ...``; refused remote entries are named, with the remote cache's
+    state when it is not used or not the usual (signed, read-write)."""
     total = {
         key: sum(s.get(key, 0) for s in stats)
         for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt", "remote_hits", "uploaded")
@@ -95,14 +106,40 @@ def cache_summary(stats: list[dict[str, Any]]) -> str:
         line += f", {int(total['uploaded'])} uploaded"
     if total["corrupt"]:
         line += f", {int(total['corrupt'])} corrupt entries recompiled"
-    refused = [entry for s in stats for entry in s.get("refused", [])]
-    if refused:
-        entries = "remote entry" if len(refused) == 1 else "remote entries"
-        line += f", {len(refused)} {entries} refused and recompiled ({'; '.join(refused)})"
+    line += _refused_text([entry for s in stats for entry in s.get("refused", [])], int(total["remote_hits"]))
     problems = sorted({s["remote_problem"] for s in stats if s.get("remote_problem")})
     if problems:
         line += f"; the remote cache {'; '.join(problems)}"
+    states = sorted({s["remote_state"] for s in stats if s.get("remote_state")})
+    if states and not problems:
+        line += f"; remote cache {'; '.join(states)}"
     return line
+
+
+def _refused_text(refused: list[str], remote_hits: int) -> str:
+    """``, 3 remote entries refused and recompiled (ab12…, cd34…: tampered (…))``: the keys grouped by reason,
+    and a hint at the runner's own secret when most of what it read was signed with another."""
+    from pytest_aoti.core.remote_cache import OTHER_SECRET, SECRET_ENV
+
+    if not refused:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for entry in refused:
+        key, _, reason = entry.partition(": ")
+        by_reason.setdefault(reason, []).append(key)
+    groups = []
+    for reason, keys in by_reason.items():
+        more = f" and {len(keys) - _KEYS_SHOWN} more" if len(keys) > _KEYS_SHOWN else ""
+        groups.append(f"{', '.join(keys[:_KEYS_SHOWN])}{more}: {reason}")
+    entries = "remote entry" if len(refused) == 1 else "remote entries"
+    text = f", {len(refused)} {entries} refused and recompiled ({'; '.join(groups)})"
+    other_secret = len(by_reason.get(OTHER_SECRET, []))
+    if other_secret >= _OTHER_SECRET_HINT_AT and other_secret > remote_hits:
+        text += (
+            f"; {other_secret} signed with another secret and {remote_hits} verified: check {SECRET_ENV} (this "
+            "runner's secret likely differs from the one that signed the entries)"
+        )
+    return text
 
 
 def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
@@ -294,6 +331,23 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _intact_entry_seconds(package: Path, sidecar: Path) -> float | None:
+    """The compile seconds a local entry saves when its package matches its sidecar (size and checksum) and the
+    sidecar's fields are of their types (an older version copied a remote manifest's ``-1e308`` into one); None
+    when it does not."""
+    from pytest_aoti.core.remote_cache import plausible_seconds
+
+    try:
+        record = json.loads(sidecar.read_text())
+        size, sha256, seconds = record["size"], record["sha256"], record.get("compile_seconds", 0.0)
+        if type(size) is not int or not isinstance(sha256, str) or not plausible_seconds(seconds):
+            return None
+        intact = package.stat().st_size == size and _file_sha256(package) == sha256
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    return float(seconds) if intact else None
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pytest-aoti"
@@ -373,21 +427,27 @@ class PackageCache:
     refused_keys: set[str] = field(default_factory=set)  # remote entries refused here: an upload may replace them
 
     @classmethod
-    def open(cls, root: Path, max_bytes: int, remote: RemoteSettings | None = None) -> PackageCache | None:
+    def open(
+        cls, root: Path, max_bytes: int, remote: RemoteSettings | None = None, remote_off: str | None = None
+    ) -> PackageCache | None:
         """The cache at ``root``, created private to the user and marked as pytest-aoti's, in front of the
-        ``remote`` cache when given. Where ``root`` cannot be used safely (not a dir, not writable, not ours,
-        writable by others) warn and return None: the run goes on compiling without a cache."""
+        ``remote`` cache when given (``remote_off``: why the one named is not used, for the summary). Where ``root``
+        cannot be used safely (not a dir, not writable, not ours, writable by others) warn and return None: the run
+        goes on compiling without a cache."""
         problem = _open_problem(root)
         if problem is not None:
             _warn(f"not using the package cache at {root}: {problem}; compiling without a cache")
             return None
         _reclaim_partials(root)
         cache = cls(root, max_bytes)
+        cache.stats.remote_state = remote_off or ""
         if remote is not None:
             from pytest_aoti.core.remote_cache import RemoteStore
 
             cache.remote = RemoteStore(remote)
             cache.stats.remote_in_use = True
+            unusual = ["UNSIGNED" if remote.secret is None else "", "read-only" if remote.readonly else ""]
+            cache.stats.remote_state = ", ".join(filter(None, unusual))
         return cache
 
     def key_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
@@ -430,19 +490,15 @@ class PackageCache:
         package, sidecar = self._paths(key)
         if not package.exists() or not sidecar.exists():
             return None
-        try:
-            record = json.loads(sidecar.read_text())
-            intact = package.stat().st_size == record["size"] and _file_sha256(package) == record["sha256"]
-        except (OSError, ValueError, KeyError):
-            intact = False
-        if not intact:
+        seconds = _intact_entry_seconds(package, sidecar)
+        if seconds is None:
             self.stats.corrupt += 1
             package.unlink(missing_ok=True)
             sidecar.unlink(missing_ok=True)
             return None
         os.utime(package)  # least-recently-used eviction goes by mtime
         self.stats.hits += 1
-        self.stats.saved_seconds += float(record.get("compile_seconds", 0.0))
+        self.stats.saved_seconds += seconds
         return package
 
     def _fetch(self, key: str) -> Path | None:

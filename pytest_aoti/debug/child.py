@@ -44,17 +44,17 @@ from pytest_aoti.core.protocol import (
     append_event,
     decode_events,
 )
-from pytest_aoti.core.remote_cache import redact
+from pytest_aoti.core.remote_cache import mask_url_argument
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.debug.crash_route import record_of
-from pytest_aoti.settings import settings_key
+from pytest_aoti.settings import CACHE_SECRET_ENV, settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
 # Skips Inductor's CPU vector-ISA probe in a child whose parent ran it and saw every ISA pass (same ISA picked).
 VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
-_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", VEC_ISA_OK_ENV)
+_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", VEC_ISA_OK_ENV, CACHE_SECRET_ENV)
 _KILL_GRACE_SECONDS = 10.0
 # Under -s an isolated child's log holds its whole pytest session (header, collection, summary). The child frames what
 # each phase of the test writes (setup, call, teardown) between these, and the parent shows only that, as pytest -s
@@ -133,10 +133,12 @@ class ChildRun:
     @property
     def reproduce(self) -> str:
         """A shell line that reruns this child by hand, pasted in any shell."""
-        shown = {k: v for k, v in self.env_delta.items() if k not in _UNSHOWN_ENV}
+        # The remote cache URL's password never shows (--aoti-cache-url=…, -o aoti_cache_url=…: the child itself
+        # gets the real URL), nor the cache's secret; nothing else is rewritten (node ids, paths).
+        shown = {k: mask_url_argument(v) for k, v in self.env_delta.items() if k not in _UNSHOWN_ENV}
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
-        # A password in --aoti-cache-url never shows (the child itself gets the real URL).
-        return redact(f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.command)}")
+        command = shlex.join(mask_url_argument(argument) for argument in self.command)
+        return f"cd {shlex.quote(str(self.cwd))} && {env} {command}"
 
     @property
     def failure(self) -> str | None:

@@ -91,14 +91,20 @@ def test_a_url_that_is_not_redis_is_a_usage_error(
 )
 def test_every_form_of_password_is_hidden(resolve: Callable[..., Settings], url: str) -> None:
     """Whatever form redis-py reads a password from, it never shows: in the header's URL, in the "not used" line,
-    nor in any text this process redacts (reproduce lines, warnings, JUnit)."""
+    nor where a URL is shown in a reproduce line (``--aoti-cache-url=…``, ``-o aoti_cache_url=…``)."""
     from urllib.parse import unquote
 
-    from pytest_aoti.core.remote_cache import redact
+    from pytest_aoti.core.remote_cache import RemoteSettings, mask_url_argument
 
     off = resolve(f"--aoti-cache-url={url}").remote_cache_off
     password = unquote(url.split("password=")[-1] if "password=" in url else url.split(":")[2].rsplit("@", 1)[0])
-    shown = [off, redact(f"pytest --aoti-cache-url={url} -k x"), redact(f"PYTEST_AOTI_CACHE_URL={url!r}")]
+    shown = [
+        off,
+        RemoteSettings(url).shown_url,
+        mask_url_argument(f"--aoti-cache-url={url}"),
+        mask_url_argument(f"aoti_cache_url={url}"),
+        mask_url_argument(url),
+    ]
     for text in shown:
         assert password not in text and unquote(text).count(password) == 0, text
         assert "127.0.0.1" in text or "redis.sock" in text, text  # the rest of the URL still says where
