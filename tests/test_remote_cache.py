@@ -247,6 +247,15 @@ def test_a_value_of_another_type_under_an_entrys_name_is_refused(
     assert remote.fetch("24" * 32, tmp_path / "f.pt2") == not_ours
     assert remote.problem is None and remote.upload("25" * 32, package, compile_seconds=1.0)
     assert isinstance(remote.fetch("25" * 32, tmp_path / "f.pt2"), Fetched)
+    # Through the local cache: refused, recompiled, and replaced by an entry the next runner loads.
+    settings = RemoteSettings(shared_server.url(), SECRET, chunk_bytes=CHUNK)
+    admin.delete(manifest_key("26" * 32))
+    admin.rpush(manifest_key("26" * 32), "x")
+    runner = PackageCache.open(tmp_path / "runner", 1 << 30, settings)
+    assert runner is not None and runner.lookup("26" * 32) is None
+    runner.store("26" * 32, package, compile_seconds=1.0)
+    assert runner.stats.uploaded == 1 and runner.remote is not None and runner.remote.write_problem is None
+    assert isinstance(remote.fetch("26" * 32, tmp_path / "f.pt2"), Fetched)
 
 
 def test_a_refused_entry_is_recompiled_and_replaced_and_readonly_writes_nothing(

@@ -474,7 +474,7 @@ class RemoteStore:
                 size += len(chunk)
             manifest = self._manifest(key, size, len(chunk_names), upload, digest.hexdigest(), compile_seconds)
             keys = [manifest_key(key), *chunk_names]
-            replaced = self._client.get(manifest_key(key)) if replace else None
+            replaced = self._replaced_manifest(key) if replace else None
             published = self._client.eval(_PUBLISH, len(keys), *keys, json.dumps(manifest), "1" if replace else "0")
             if not published:
                 self._client.delete(*chunk_names)  # another writer finished first: its entry is as good
@@ -487,6 +487,18 @@ class RemoteStore:
             self._give_up(error, writing=True)
             self._forget(chunk_names)
             return False
+
+    def _replaced_manifest(self, key: str) -> Any:
+        """The manifest an upload replaces (its chunks are deleted after), read no longer than a manifest may be;
+        None for a value of another type (nothing of ours to delete)."""
+        import redis
+
+        try:
+            return self._client.getrange(manifest_key(key), 0, _MOST_MANIFEST_BYTES)
+        except redis.ResponseError as error:
+            if "WRONGTYPE" not in str(error):
+                raise
+            return None
 
     def _manifest(
         self, key: str, size: int, chunks: int, upload: str, sha256: str, compile_seconds: float
