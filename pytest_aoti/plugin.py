@@ -18,6 +18,7 @@ from pytest_aoti import settings as aoti_settings
 from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
+from pytest_aoti.forkserver.client import start_server, stop_server
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
@@ -85,6 +86,14 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_aoti.core.cache import clear_cache_dir
 
         clear_cache_dir(settings.cache_dir)
+    if (settings.debug or settings.isolate) and not is_xdist_worker and not settings.no_children_reason:
+        # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
+        # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.
+        start_server()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop_server()
 
 
 def _one_supervised_worker(config: pytest.Config) -> None:

@@ -23,8 +23,11 @@ __all__ = [
     "HigherOrderOperator",
     "OpOverload",
     "TorchDispatchMode",
+    "can_reread_env_configs",
     "combine_args",
     "cpp_compiler",
+    "cuda_fork_poisoned",
+    "cuda_initialized",
     "custom_op_definition",
     "default_tolerances",
     "dim_hint_name",
@@ -39,6 +42,8 @@ __all__ = [
     "is_static_hint",
     "package_loader",
     "package_metadata",
+    "reread_env_configs",
+    "run_vector_isa_probes",
     "tree_map_with_path",
     "triton_kernel_side_table",
     "triton_kernels_for_op",
@@ -216,3 +221,88 @@ def fx_minifier() -> Any:
     import torch._functorch.fx_minifier as module
 
     return module
+
+
+# -- warm processes (the fork server) ----------------------------------------------------------------------------------
+
+
+def run_vector_isa_probes() -> None:
+    """Inductor's CPU vector-ISA probes, all of them (the base probe and the avx512-bf16, avx512-vnni and AMX
+    builds), cached in this process: a fork inherits the verdicts. Nothing to do where Inductor has no such list."""
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+    if listing is not None:
+        listing()
+
+
+def cuda_initialized() -> bool:
+    return bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+
+
+def cuda_fork_poisoned() -> bool:
+    """In a forked child: whether CUDA would refuse to start here ("Cannot re-initialize CUDA in forked
+    subprocess"), without starting it."""
+    in_bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
+    return bool(in_bad_fork()) if in_bad_fork is not None else bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+
+
+def _config_modules() -> list[Any]:
+    """Every torch config module loaded in this process (Inductor's, Dynamo's, functorch's, export's...): each one
+    read its environment variables when it was imported."""
+    import sys
+
+    from torch.utils._config_module import ConfigModule
+
+    return [module for module in list(sys.modules.values()) if isinstance(module, ConfigModule)]
+
+
+def can_reread_env_configs() -> bool:
+    """Whether :func:`reread_env_configs` can work with this torch's config modules."""
+    try:
+        modules = _config_modules()
+        return bool(modules) and all(isinstance(getattr(m, "_config", None), dict) for m in modules)
+    except Exception:
+        return False
+
+
+def reread_env_configs(changed: set[str]) -> list[str]:
+    """In a forked child whose environment differs from its parent's in ``changed``: make torch's config modules
+    and its logging read the environment again, as a fresh import would. Each config module whose source names one
+    of ``changed`` is executed afresh under a scratch name, and every entry whose default (what its environment
+    variables gave) differs is copied over. Returns the modules re-read."""
+    import importlib.util
+    import sys
+
+    reread: list[str] = []
+    for module in _config_modules():
+        path = getattr(module, "__file__", None)
+        if not path or not changed:
+            continue
+        with open(path, encoding="utf-8") as file:
+            source = file.read()
+        if not any(name in source for name in changed):
+            continue
+        scratch_name = f"_pytest_aoti_reread_{module.__name__.replace('.', '_')}"
+        spec = importlib.util.spec_from_file_location(scratch_name, path)
+        if spec is None or spec.loader is None:
+            continue
+        fresh = importlib.util.module_from_spec(spec)
+        sys.modules[scratch_name] = fresh
+        try:
+            spec.loader.exec_module(fresh)
+            fresh = sys.modules[scratch_name]  # install_config_module swapped in its ConfigModule
+        finally:
+            del sys.modules[scratch_name]
+        for key, entry in fresh._config.items():
+            live = module._config.get(key)
+            if live is not None:
+                live.default = entry.default
+                live.env_value_default = entry.env_value_default
+                live.env_value_force = entry.env_value_force
+        reread.append(module.__name__)
+    if any(name.startswith(("TORCH_LOGS", "TORCH_TRACE")) for name in changed):
+        from torch._logging._internal import _init_logs
+
+        _init_logs()
+    return reread

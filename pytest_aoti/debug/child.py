@@ -47,6 +47,7 @@ from pytest_aoti.core.protocol import (
 from pytest_aoti.core.remote_cache import mask_url_argument
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.debug.crash_route import record_of
+from pytest_aoti.forkserver.client import ForkedProcess, start_forked
 from pytest_aoti.settings import CACHE_SECRET_ENV, settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
@@ -254,7 +255,7 @@ def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: s
 
 
 @contextmanager
-def _terminate_child_on_exit(process: subprocess.Popen[bytes]) -> Iterator[None]:
+def _terminate_child_on_exit(process: subprocess.Popen[bytes] | ForkedProcess) -> Iterator[None]:
     """Ctrl-C or SIGTERM in the parent ends the child's process group too (it runs in its own session, where the
     terminal's signals do not reach it). Ctrl-C then goes on as it would have; SIGTERM ends the pytest session with
     exit status 143, its summary printed, instead of killing it mid-write."""
@@ -454,14 +455,20 @@ def run_process(
     return returncode, timed_out, time.monotonic() - started
 
 
-def _spawn(command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path
+) -> subprocess.Popen[bytes] | ForkedProcess:
+    """A warm fork of the session's fork server where it can give one (forkserver/), else a fresh interpreter."""
+    forked = start_forked(command, env=env, cwd=cwd, log_path=log_path)
+    if forked is not None:
+        return forked
     with log_path.open("wb") as log:  # the child holds its own copy of the descriptor
         return processes.start(
             command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
 
 
-def _wait(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, bool]:
+def _wait(process: subprocess.Popen[bytes] | ForkedProcess, timeout: float) -> tuple[int, bool]:
     timed_out = False
     with _terminate_child_on_exit(process):
         try:
@@ -476,7 +483,7 @@ def _wait(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, bool]:
                 process.wait()
     # Compile workers the child started must not outlive it.
     signal_group(process.pid, signal.SIGKILL)
-    return process.returncode, timed_out
+    return process.wait(), timed_out
 
 
 def _signal_name(returncode: int | None) -> str | None:

@@ -1,0 +1,219 @@
+"""The session's side of the fork server: start it, and start children from it.
+
+The process that may start children (the user's session, or an xdist controller) starts one server at configure
+time when debugging is on, and hands its socket to its xdist workers through ``PYTEST_AOTI_FORK_SERVER``; a process
+that needs a child and has none (a test marked ``aoti_ima`` without ``--aoti-debug``) starts its own then.
+``PYTEST_AOTI_FORK_SERVER=0`` turns it off: every child then starts fresh, as it did before.
+
+:func:`start_forked` returns a :class:`ForkedProcess`, which waits and reports like ``subprocess.Popen``, or None
+where a child must start fresh: no server (off, unsafe, dead), a command that is not ``python -m pytest``, or an
+environment the server cannot give a fork. Imports neither torch nor pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from pytest_aoti.core import processes
+from pytest_aoti.forkserver.server import SERVER_ONLY_ENV
+
+FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
+_OFF = ("0", "off", "no", "false")
+# How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
+# same warm-up, so waiting is never slower unless the server is stuck.
+_READY_WAIT_SECONDS = 600.0
+
+
+class ForkServer:
+    """A running fork server: its process, its socket and what it said when it was ready."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="pytest-aoti-fork-"))
+        self.socket_path = str(self.dir / "socket")
+        self.started = time.monotonic()
+        self.ready_seconds: float | None = None
+        self.unsafe: str | None = None
+        self.forked = 0
+        self._ready = threading.Event()
+        env = {**os.environ, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
+        env.pop(FORK_SERVER_ENV, None)
+        with (self.dir / "server.log").open("wb") as log:
+            self.process = processes.start(
+                [sys.executable, "-m", "pytest_aoti.forkserver.server", self.socket_path],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        threading.Thread(target=self._read_readiness, daemon=True).start()
+
+    def _read_readiness(self) -> None:
+        stdout: IO[bytes] | None = self.process.stdout
+        line = stdout.readline() if stdout is not None else b""
+        try:
+            said: dict[str, Any] = json.loads(line) if line else {}
+        except ValueError:
+            said = {}
+        if "ready" in said:
+            self.ready_seconds = time.monotonic() - self.started
+        else:
+            self.unsafe = str(said.get("unsafe") or f"it ended before it was ready (see {self.dir / 'server.log'})")
+        self._ready.set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout) and self.unsafe is None
+
+    def close(self) -> None:
+        stdin = self.process.stdin
+        if stdin is not None:
+            try:
+                stdin.close()  # the server's loop ends
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        processes.signal_group(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_own_server: ForkServer | None = None
+_lock = threading.Lock()
+
+
+def turned_off() -> bool:
+    return os.environ.get(FORK_SERVER_ENV, "").strip().lower() in _OFF
+
+
+def start_server() -> ForkServer | None:
+    """Start this process's fork server (once), and hand its socket to the processes started from here (xdist
+    workers) through the environment. None when turned off."""
+    global _own_server
+    with _lock:
+        if _own_server is None and not turned_off():
+            _own_server = ForkServer()
+            os.environ[FORK_SERVER_ENV] = _own_server.socket_path
+        return _own_server
+
+
+def stop_server() -> ForkServer | None:
+    """Stop this process's fork server, if it started one; returns it, for its numbers."""
+    global _own_server
+    with _lock:
+        server, _own_server = _own_server, None
+    if server is not None:
+        if os.environ.get(FORK_SERVER_ENV) == server.socket_path:
+            del os.environ[FORK_SERVER_ENV]
+        server.close()
+    return server
+
+
+def own_server() -> ForkServer | None:
+    return _own_server
+
+
+def _socket_path(wait: float) -> str | None:
+    """The socket of a ready server: this process's own, else the one a parent process handed down (whose socket
+    appears once it is ready), else one started now."""
+    handed_down = os.environ.get(FORK_SERVER_ENV, "").strip()
+    if turned_off():
+        return None
+    server = _own_server
+    if server is None and handed_down:
+        deadline = time.monotonic() + wait
+        while not os.path.exists(handed_down):
+            if time.monotonic() > deadline or not os.path.isdir(os.path.dirname(handed_down)):
+                return None
+            time.sleep(0.2)
+        return handed_down
+    server = server or start_server()
+    if server is None or not server.wait_ready(wait):
+        return None
+    return server.socket_path
+
+
+def forkable(command: list[str]) -> tuple[list[str], bool] | None:
+    """The pytest arguments and ``-P`` of ``command`` when it is ``python -u [-P] -m pytest ARGS`` run by this
+    interpreter; None for anything else (a tool such as compute-sanitizer wrapping it)."""
+    if len(command) < 4 or command[0] != sys.executable or command[1] != "-u":
+        return None
+    safe_path = command[2] == "-P"
+    rest = command[3:] if safe_path else command[2:]
+    if rest[:2] != ["-m", "pytest"]:
+        return None
+    return rest[2:], safe_path
+
+
+def start_forked(command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> ForkedProcess | None:
+    """Start ``command`` as a fork of the session's fork server, its output to ``log_path``; None where it must
+    start fresh instead."""
+    parsed = forkable(command)
+    if parsed is None:
+        return None
+    path = _socket_path(_READY_WAIT_SECONDS)
+    if path is None:
+        return None
+    args, safe_path = parsed
+    request = {"args": args, "safe_path": safe_path, "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(path)
+        connection.sendall(json.dumps(request).encode() + b"\n")
+        reader = connection.makefile("rb")
+        answer = json.loads(reader.readline() or b"{}")
+    except (OSError, ValueError):
+        connection.close()
+        return None
+    if "pid" not in answer:
+        connection.close()
+        return None
+    if _own_server is not None:
+        _own_server.forked += 1
+    return ForkedProcess(int(answer["pid"]), connection, reader)
+
+
+class ForkedProcess:
+    """A child forked by the server, waited for as ``subprocess.Popen`` is: ``pid``, ``returncode``,
+    ``wait(timeout)`` (raising ``subprocess.TimeoutExpired``). The server tells its exit status over the
+    connection; a server gone before that means the child went with it (it dies with the server)."""
+
+    def __init__(self, pid: int, connection: socket.socket, reader: IO[bytes]) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.args = f"fork server child {pid}"
+        self._connection, self._reader = connection, reader
+        self._ended = threading.Event()
+        threading.Thread(target=self._read_end, daemon=True).start()
+
+    def _read_end(self) -> None:
+        try:
+            line = self._reader.readline()
+            self.returncode = int(json.loads(line)["returncode"]) if line else -9
+        except (OSError, ValueError, KeyError, TypeError):
+            self.returncode = -9
+        finally:
+            self._connection.close()
+            self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode if self._ended.is_set() else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode

@@ -1,0 +1,250 @@
+"""The fork server: one warm process per session that forks pytest-aoti's children.
+
+Run as ``python -m pytest_aoti.forkserver.server SOCKET`` by :mod:`~pytest_aoti.forkserver.client`, with
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` in its environment: importing Inductor asks whether CUDA is available, and the
+default answer (``cudaGetDeviceCount``) initialises the CUDA driver, after which no forked child can use CUDA ("Cannot
+re-initialize CUDA in forked subprocess", seen on the H200). NVML answers without that. The server imports pytest,
+torch and Inductor and runs Inductor's CPU probes, then checks with a canary fork that a child could still start CUDA;
+only then does it say it is ready (one JSON line on stdout: ``{"ready": PID}``, or ``{"unsafe": REASON}`` and exit).
+
+Each connection to SOCKET carries one request (a JSON line: ``args``, ``safe_path``, ``cwd``, ``env``, ``log``) and
+gets ``{"pid": N}`` when the child started (or ``{"refused": REASON}``: start it fresh instead), then
+``{"returncode": N}`` when it ended, negative for a signal as ``subprocess`` reports it. The server ends when its
+stdin closes or the process that started it dies.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import tempfile
+import warnings
+from typing import Any
+
+from pytest_aoti.core import processes
+
+# Read by the child's interpreter at start-up, which a fork does not redo: handled in _become_child.
+_APPLIED_PYTHON_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE")
+# Read once, at start-up or when a library loads, and not re-read in a fork: a request that changes one is refused.
+_UNAPPLIABLE_PREFIXES = ("PYTHON", "LD_")
+SERVER_ONLY_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+# The first line of a forked child's log: where it came from, for whoever reads the log.
+FORKED_MARK = "[pytest-aoti] forked warm from the fork server"
+
+
+def warm_up() -> None:
+    """What every child would do first: import pytest, torch, torch.export and Inductor, and run Inductor's CPU
+    vector-ISA probes (their verdicts are cached in this process, so every fork inherits them)."""
+    import pytest  # noqa: F401  (the child runs it)
+    import torch.export  # noqa: F401
+
+    from pytest_aoti.core import torch_private
+
+    torch_private.import_what_compiles_import()
+    torch_private.run_vector_isa_probes()
+
+
+def unsafe_reason() -> str | None:
+    """Why a fork of this process would not be a clean start, or None: CUDA touched here (a canary child could not
+    start CUDA), or torch without the means to re-read the environment a child gets."""
+    from pytest_aoti.core import torch_private
+
+    if torch_private.cuda_initialized():
+        return "CUDA was initialised while warming up"
+    if not torch_private.can_reread_env_configs():
+        return "this torch's config modules cannot be re-read in a child"
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch_private.cuda_fork_poisoned() else 0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "a forked child could not start CUDA (the CUDA driver was initialised while warming up)"
+    return None
+
+
+def refusal(env: dict[str, str], startup_env: dict[str, str]) -> str | None:
+    """Why a child with ``env`` must start fresh instead, or None."""
+    for name in sorted(set(env) | set(startup_env)):
+        if name in _APPLIED_PYTHON_ENV or name == SERVER_ONLY_ENV or env.get(name) == startup_env.get(name):
+            continue
+        if name.startswith(_UNAPPLIABLE_PREFIXES):
+            return f"{name} differs from the fork server's, and only a fresh interpreter reads it"
+    return None
+
+
+def _unbuffered_stdio() -> None:
+    """``python -u``: the child's text goes straight to the log, so a crash loses none of it."""
+    for fd, name, errors in ((1, "stdout", "strict"), (2, "stderr", "backslashreplace")):
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors=errors)
+        stream.reconfigure(write_through=True, line_buffering=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _become_child(request: dict[str, Any], startup_env: dict[str, str], base_path: list[str]) -> None:
+    """In the forked process: become ``python -u [-P] -m pytest ARGS`` started in ``cwd`` with ``env``. Never
+    returns."""
+    code = 1
+    try:
+        os.setsid()  # a process group of its own, as a spawned child has: the parent stops it and its workers
+        processes.die_with_parent()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        _unbuffered_stdio()
+        print(f"{FORKED_MARK} {os.getppid()}", flush=True)
+        env: dict[str, str] = request["env"]
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(env)
+        tempfile.tempdir = None  # TMPDIR read afresh
+        pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        sys.path[:] = [*([] if request["safe_path"] else [request["cwd"]]), *pythonpath, *base_path]
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        if env.get("PYTHONFAULTHANDLER"):
+            faulthandler.enable()
+        from pytest_aoti.core import torch_private
+
+        changed = {name for name in set(env) | set(startup_env) if env.get(name) != startup_env.get(name)}
+        torch_private.reread_env_configs(changed)
+        # pytest imports the plugin itself, rewriting its asserts: a module imported before would be warned about.
+        for name in [name for name in sys.modules if name == "pytest_aoti" or name.startswith("pytest_aoti.")]:
+            del sys.modules[name]
+        import pytest
+
+        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    # No exit tax: what the child reports is flushed as it happens; the interpreter's teardown (seconds of it after
+    # a compile) would only delay the parent. Its compile workers are ended with its process group.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+class _Server:
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.startup_env = dict(os.environ)
+        self.base_path = _base_path()
+        self.selector = selectors.DefaultSelector()
+        self.waiting: dict[int, socket.socket] = {}  # child pid -> the connection told when it ends
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        os.set_blocking(wake_read, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.selector.register(wake_read, selectors.EVENT_READ, "children")
+        self.selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    connection, _ = self.listener.accept()
+                    self._handle(connection)
+                elif key.data == "children":
+                    _drain(key.fd)
+                    self._reap()
+                elif not sys.stdin.readline():  # the client closed our stdin: the session is over
+                    return
+
+    def _handle(self, connection: socket.socket) -> None:
+        try:
+            connection.settimeout(10)
+            request = json.loads(connection.makefile("r").readline())
+            reason = refusal(request["env"], self.startup_env)
+            if reason is not None:
+                connection.sendall(json.dumps({"refused": reason}).encode() + b"\n")
+                connection.close()
+                return
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                self._leave()
+                _become_child(request, self.startup_env, self.base_path)
+            self.waiting[pid] = connection
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"pytest-aoti fork server: a bad request: {error!r}", file=sys.stderr, flush=True)
+            connection.close()
+
+    def _leave(self) -> None:
+        """In a forked child: drop the server's signal handling and the other clients' connections."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for connection in self.waiting.values():
+            connection.close()
+        self.selector.close()
+        self.listener.close()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            connection = self.waiting.pop(pid, None)
+            if connection is not None:
+                try:
+                    connection.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                except OSError:
+                    pass  # the client went away; the child ended all the same
+                connection.close()
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _base_path() -> list[str]:
+    """sys.path as a fresh ``python -m`` has it, less the dir this server was started in (``-m`` put it first) and
+    the PYTHONPATH it was started with: each child puts its own cwd and PYTHONPATH first."""
+    startup_pythonpath = {entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
+    return [entry for entry in sys.path[1:] if entry not in startup_pythonpath]
+
+
+def main(socket_path: str) -> None:
+    processes.die_with_parent()
+    # Forking a process with a thread of torch's own is what this server is for; the canary checks what matters.
+    warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning)
+    warm_up()
+    reason = unsafe_reason()
+    if reason is not None:
+        print(json.dumps({"unsafe": reason}), flush=True)
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    server = _Server(listener)
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    server.serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,116 @@
+"""Children forked warm from pytest-aoti's fork server (pytest_aoti/forkserver/): each is still a process of its own.
+
+One real server for the module (its warm-up imports torch and Inductor and runs the CPU probes); each test starts real
+``python -m pytest`` children from it, as the debug stages and isolated tests do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti.forkserver import client
+from pytest_aoti.forkserver.server import FORKED_MARK, refusal
+
+MODEL_TEST = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2
+
+
+def test_model(aoti_compile):
+    compiled = aoti_compile(Model(), (torch.randn(4, 8),))
+    compiled(torch.randn(4, 8))
+"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[client.ForkServer]:
+    started = client.start_server()
+    assert started is not None, "PYTEST_AOTI_FORK_SERVER turns it off in this environment"
+    assert started.wait_ready(900), started.unsafe
+    yield started
+    client.stop_server()
+
+
+def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tuple[int, str, bool]:
+    """Run ``pytest`` in ``directory`` as the plugin runs its children; returns (exit status, log, forked)."""
+    log = directory / f"{name}.log"
+    command = [
+        sys.executable,
+        "-u",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-s",
+        "-q",
+        f"--basetemp={directory}/{name}.bt",
+    ]
+    forked = client.start_forked(command, env={**os.environ, **(env or {})}, cwd=directory, log_path=log)
+    assert forked is not None, "the server refused a plain child"
+    return forked.wait(900), log.read_text(), log.read_text().startswith(FORKED_MARK)
+
+
+def test_a_stage_environment_takes_effect_in_a_warm_child(server: client.ForkServer, tmp_path: Path) -> None:
+    """Inductor reads the printer mode, NaN asserts and the wrapper's -O level when it is imported, which the server
+    did before this child's environment existed: the child's compile must still follow them."""
+    (tmp_path / "test_model.py").write_text(MODEL_TEST)
+    env = {
+        "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER": "2",
+        "TORCHINDUCTOR_NAN_ASSERTS": "1",
+        "AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL": "O0",
+        "PYTEST_AOTI_CACHE": "off",
+    }
+    code, log, forked = _child(tmp_path, "stage", env)
+    assert forked and code == 0, log
+    assert "[  after_launch - " in log, log  # the printer's blocks: the package was compiled in printer mode 2
+    code, log, forked = _child(tmp_path, "plain", {"PYTEST_AOTI_CACHE": "off"})
+    assert forked and code == 0, log
+    assert "after_launch" not in log, log  # and the next child, without it, is back to the default
+
+
+def test_a_crash_in_a_warm_child_leaves_the_server_alive(server: client.ForkServer, tmp_path: Path) -> None:
+    (tmp_path / "test_crash.py").write_text("import ctypes\n\n\ndef test_crash():\n    ctypes.string_at(0)\n")
+    code, log, forked = _child(tmp_path, "crash", {"PYTHONFAULTHANDLER": "1"})
+    assert forked and code == -11, log  # SIGSEGV, as subprocess reports a signal
+    assert "Fatal Python error: Segmentation fault" in log  # faulthandler, as PYTHONFAULTHANDLER asks
+    (tmp_path / "test_crash.py").write_text("def test_fine():\n    pass\n")
+    code, log, forked = _child(tmp_path, "after", None)
+    assert forked and code == 0 and "1 passed" in log, log
+    assert server.process.poll() is None
+
+
+def test_an_edited_user_module_is_never_stale(server: client.ForkServer, tmp_path: Path) -> None:
+    (tmp_path / "user_model.py").write_text("VERSION = 1\n")
+    (tmp_path / "test_version.py").write_text(
+        "from user_model import VERSION\n\n\ndef test_v():\n    print('v', VERSION)\n"
+    )
+    _, first, _ = _child(tmp_path, "first")
+    (tmp_path / "user_model.py").write_text("VERSION = 2\n")
+    _, second, forked = _child(tmp_path, "second")
+    assert forked and "v 1" in first and "v 2" in second, (first, second)
+
+
+def test_the_server_never_initialises_cuda(server: client.ForkServer) -> None:
+    """It says it is ready only after a canary fork found CUDA startable (server.unsafe_reason); on a machine
+    without CUDA that is trivially so, and tests/gpu runs the same check where it is not."""
+    assert server.unsafe is None and server.ready_seconds is not None
+
+
+def test_what_a_fork_cannot_give_starts_fresh() -> None:
+    startup = {"PATH": "/bin", "PYTHONPATH": "/a"}
+    assert refusal({"PATH": "/bin", "PYTHONPATH": "/b", "TORCHINDUCTOR_NAN_ASSERTS": "1"}, startup) is None
+    assert "PYTHONHASHSEED" in (refusal({**startup, "PYTHONHASHSEED": "0"}, startup) or "")
+    assert "LD_PRELOAD" in (refusal({**startup, "LD_PRELOAD": "libx.so"}, startup) or "")
+    assert client.forkable([sys.executable, "-u", "-P", "-m", "pytest", "-k", "x"]) == (["-k", "x"], True)
+    assert client.forkable([sys.executable, "-u", "-m", "pytest"]) == ([], False)
+    assert client.forkable(["compute-sanitizer", sys.executable, "-u", "-m", "pytest"]) is None
+    assert client.forkable(["/other/python", "-u", "-m", "pytest"]) is None
