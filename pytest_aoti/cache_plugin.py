@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+from pytest_aoti.core import isa_verdicts
+from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
 from pytest_aoti.settings import settings_key
 
 VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
@@ -22,7 +24,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[settings_key]
     # --aoti-cache-clear forgets the verdict with the packages, for this run too (it is deleted after this hook, in
     # plugin.py's, and an xdist worker starts after that): this run probes, and records the verdict again.
-    if not settings.use_cache or settings.cache_clear or VEC_ISA_OK_ENV in os.environ:
+    if not settings.use_cache or settings.cache_clear:
+        return
+    if ISA_RECORD_ENV not in os.environ:
+        # Every other ISA probe's verdicts (core.isa_verdicts), for this process and those it starts.
+        os.environ[ISA_RECORD_ENV] = str(isa_verdicts.record_path(settings.cache_dir))
+        config.add_cleanup(_forget_record_path)
+    if VEC_ISA_OK_ENV in os.environ:
         return
     from pytest_aoti.core.cache import isa_probe_recorded
 
@@ -30,6 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[VEC_ISA_OK_ENV] = "1"
         # For the rest of this process only: a pytest run inside a test (pytester) leaves the test's env as it was.
         config.add_cleanup(_forget_recorded_verdict)
+
+
+def _forget_record_path() -> None:
+    os.environ.pop(ISA_RECORD_ENV, None)
 
 
 def _forget_recorded_verdict() -> None:
@@ -42,6 +54,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from pytest_aoti.fixtures import cache_key
 
     cache = session.config.stash.get(cache_key, None)
+    if cache is not None:
+        isa_verdicts.record(cache.root)
     if cache is not None and VEC_ISA_OK_ENV not in os.environ:
         from pytest_aoti.core.cache import record_isa_probe
 

@@ -83,9 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
     if settings.cache_clear and not is_xdist_worker:
+        from pytest_aoti.core import isa_verdicts
         from pytest_aoti.core.cache import clear_cache_dir
 
         clear_cache_dir(settings.cache_dir)
+        isa_verdicts.forget(settings.cache_dir)
     if (settings.debug or settings.isolate) and not is_xdist_worker and not settings.no_children_reason:
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
         # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.

@@ -40,6 +40,7 @@ __all__ = [
     "is_derived_dim",
     "is_infinite_int",
     "is_static_hint",
+    "memoize_isa_checks",
     "package_loader",
     "package_metadata",
     "reread_env_configs",
@@ -306,3 +307,34 @@ def reread_env_configs(changed: set[str]) -> list[str]:
 
         _init_logs()
     return reread
+
+
+def memoize_isa_checks(recorded: dict[str, bool]) -> dict[str, bool] | None:
+    """Make Inductor's ISA probe builds (``VecISA.check_build``: the base probe and the avx512-bf16, avx512-vnni,
+    AMX and AMX-fp16 ones) answer from ``recorded`` where it holds the same check, and add each new answer to it.
+    Returns the dict the answers go to, or None where this torch has no such hook (it then probes as before). A
+    check is named by the ISA, its build flags and the probe's code, so a changed probe is probed afresh."""
+    import hashlib
+
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return None
+    original = getattr(VecISA, "check_build", None)
+    if original is None:
+        return None
+    if getattr(original, "_pytest_aoti_memo", None) is not None:
+        memo: dict[str, bool] = original._pytest_aoti_memo
+        memo.update(recorded)
+        return memo
+    memo = recorded
+
+    def check_build(self: Any, code: str) -> bool:
+        key = hashlib.sha256(f"{self}\0{self.build_arch_flags()}\0{code}".encode()).hexdigest()[:32]
+        if key not in memo:
+            memo[key] = bool(original(self, code))
+        return memo[key]
+
+    check_build._pytest_aoti_memo = memo  # type: ignore[attr-defined]
+    VecISA.check_build = check_build  # type: ignore[method-assign]
+    return memo

@@ -45,9 +45,10 @@ def warm_up() -> None:
     import pytest  # noqa: F401  (the child runs it)
     import torch.export  # noqa: F401
 
-    from pytest_aoti.core import torch_private
+    from pytest_aoti.core import isa_verdicts, torch_private
 
     torch_private.import_what_compiles_import()
+    isa_verdicts.use_recorded()  # a probe this machine recorded is not run again
     torch_private.run_vector_isa_probes()
 
 

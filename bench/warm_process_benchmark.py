@@ -1,0 +1,253 @@
+"""What a new process costs, and what the fork server (pytest_aoti/forkserver/) saves, measured in one run.
+
+Three ways to run the same one-test pytest file that exports and compiles a small MLP (timed inside the test, each
+with an empty Inductor cache):
+
+- ``fresh``: a fresh ``python -m pytest`` (what every debug stage and isolated test was);
+- ``forked``: a child of pytest-aoti's fork server (what they are now), the server warmed before it;
+- ``warm``: a second compile in a process that compiled once already (the issue's "warm process").
+
+Then a failing test's debug verdict (``--aoti-debug``, a model that makes NaN): the seconds of its debug stages
+against its own cold compile, with the fork server (default) and without it (``PYTEST_AOTI_FORK_SERVER=0``).
+``--suite``: the whole wall time of a 6-test file with two failures (a NaN; on CPU a segfaulting custom op, on CUDA
+an out-of-range embedding index, a device-side assert) under plain ``pytest --aoti-debug``, without then with the
+fork server.
+
+    python bench/warm_process_benchmark.py [--device cpu|cuda] [--suite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY))
+
+COMPILE_TEST = """
+import json, os, time, torch
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.a = torch.nn.Linear(64, width)
+        self.b = torch.nn.Linear(width, 32)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+def _compile(width):
+    device = os.environ["BENCH_DEVICE"]
+    model = MLP(width).to(device).eval()
+    started = time.perf_counter()
+    program = torch.export.export(model, (torch.randn(8, 64, device=device),))
+    torch._inductor.aoti_compile_and_package(program)
+    return time.perf_counter() - started
+
+
+def test_first():
+    seconds = _compile(128)
+    with open(os.environ["BENCH_RECORD"], "a") as record:
+        record.write(json.dumps({"first": seconds}) + "\\n")
+
+
+def test_second():
+    if os.environ.get("BENCH_SECOND") != "1":
+        return
+    seconds = _compile(96)
+    with open(os.environ["BENCH_RECORD"], "a") as record:
+        record.write(json.dumps({"second": seconds}) + "\\n")
+"""
+
+NAN_TEST = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(torch.log(h - 100.0))
+
+
+def test_nan(aoti_check, aoti_device):
+    aoti_check(Model().to(aoti_device).eval(), (torch.randn(16, 64, device=aoti_device),))
+"""
+
+SUITE_TEST = (
+    NAN_TEST
+    + """
+
+class Fine(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.a = torch.nn.Linear(32, width)
+
+    def forward(self, x):
+        return torch.relu(self.a(x))
+
+
+def test_fine_1(aoti_check, aoti_device):
+    aoti_check(Fine(16).to(aoti_device).eval(), (torch.randn(4, 32, device=aoti_device),))
+
+
+def test_fine_2(aoti_check, aoti_device):
+    aoti_check(Fine(24).to(aoti_device).eval(), (torch.randn(4, 32, device=aoti_device),))
+
+
+def test_fine_3(aoti_check, aoti_device):
+    aoti_check(Fine(40).to(aoti_device).eval(), (torch.randn(4, 32, device=aoti_device),))
+
+
+def test_fine_4(aoti_check, aoti_device):
+    aoti_check(Fine(48).to(aoti_device).eval(), (torch.randn(4, 32, device=aoti_device),))
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(100, 8)
+
+    def forward(self, index):
+        return self.embedding(index) * 2
+
+
+def test_crash(aoti_compile, aoti_device):
+    if aoti_device.startswith("cuda"):
+        compiled = aoti_compile(Lookup().to(aoti_device), (torch.zeros(4, dtype=torch.int64, device=aoti_device),))
+        compiled(torch.full((4,), 5000, dtype=torch.int64, device=aoti_device))
+        torch.cuda.synchronize()
+    else:
+        import ctypes
+
+        compiled = aoti_compile(Fine(8), (torch.randn(4, 32),))
+        compiled(torch.randn(4, 32))
+        ctypes.string_at(0)
+"""
+)
+
+
+def _env(directory: Path, device: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "BENCH_DEVICE": device,
+        "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-", dir=directory),
+        "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="xdg-", dir=directory),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH", "")])),
+        **extra,
+    }
+
+
+def _records(path: Path) -> dict[str, float]:
+    merged: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        merged.update(json.loads(line))
+    return merged
+
+
+def compile_costs(directory: Path, device: str) -> dict[str, float]:
+    from pytest_aoti.forkserver import client
+
+    (directory / "test_compile.py").write_text(COMPILE_TEST)
+    command = [sys.executable, "-u", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_compile.py"]
+    seconds: dict[str, float] = {}
+    record = directory / "warm.jsonl"
+    subprocess.run(
+        command,
+        cwd=directory,
+        env=_env(directory, device, BENCH_RECORD=str(record), BENCH_SECOND="1"),
+        check=True,
+        capture_output=True,
+    )
+    seconds["warm process (second compile)"] = _records(record)["second"]
+    record = directory / "fresh.jsonl"
+    subprocess.run(
+        command, cwd=directory, env=_env(directory, device, BENCH_RECORD=str(record)), check=True, capture_output=True
+    )
+    seconds["fresh child (first compile)"] = _records(record)["first"]
+    server = client.start_server()
+    assert server is not None and server.wait_ready(900), server and server.unsafe
+    seconds["fork server warm-up (once per session)"] = server.ready_seconds or 0.0
+    record = directory / "forked.jsonl"
+    forked = client.start_forked(
+        command, env=_env(directory, device, BENCH_RECORD=str(record)), cwd=directory, log_path=directory / "forked.log"
+    )
+    assert forked is not None and forked.wait() == 0, (directory / "forked.log").read_text()[-3000:]
+    seconds["forked child (first compile)"] = _records(record)["first"]
+    client.stop_server()
+    return seconds
+
+
+def debug_verdict(directory: Path, device: str, fork_server: bool, test: str) -> tuple[float, float, float, str]:
+    """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="debug-", dir=directory))
+    (run_dir / "test_bench.py").write_text(test)
+    env = _env(run_dir, device, **({} if fork_server else {"PYTEST_AOTI_FORK_SERVER": "0"}))
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--aoti-debug",
+            "-p",
+            "no:cacheprovider",
+            f"--aoti-device={device}",
+            "test_bench.py",
+        ],
+        cwd=run_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - started
+    output = result.stdout + result.stderr
+    stages = [float(s) for s in re.findall(r"debug stages: ([\d.]+) s in all", output)]
+    compiling = re.search(r"aoti cache: .*?([\d.]+) s compiling", output)
+    summary = (re.findall(r"=+ (\d+ (?:failed|passed).*) =+", output) or ["?"])[-1]
+    return wall, sum(stages), float(compiling.group(1)) if compiling else float("nan"), summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--suite", action="store_true")
+    options = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="warm-bench-"))
+    costs = compile_costs(directory, options.device)
+    warm = costs["warm process (second compile)"]
+    print(f"device {options.device}: one small MLP, export + compile, empty Inductor cache each")
+    for name, seconds in costs.items():
+        print(f"  {name:42s} {seconds:7.1f} s  ({seconds / warm:.2f}x the warm process)")
+    for fork_server in (False, True):
+        wall, stages, compiling, summary = debug_verdict(directory, options.device, fork_server, NAN_TEST)
+        print(
+            f"a failing test's debug verdict, fork server {'on ' if fork_server else 'off'}: stages {stages:.1f} s "
+            f"against its own compile {compiling:.1f} s ({stages / compiling:.2f}x); wall {wall:.1f} s ({summary})"
+        )
+    if options.suite:
+        walls = {}
+        for fork_server in (False, True):
+            walls[fork_server], _, _, summary = debug_verdict(directory, options.device, fork_server, SUITE_TEST)
+            print(
+                f"6-test file, two failures, plain --aoti-debug, fork server {'on ' if fork_server else 'off'}: "
+                f"{walls[fork_server]:.1f} s ({summary})"
+            )
+        print(f"  with the fork server: {walls[True] / walls[False]:.2f}x the wall time without it")
+
+
+if __name__ == "__main__":
+    main()

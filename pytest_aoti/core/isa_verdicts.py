@@ -1,0 +1,79 @@
+"""Every one of Inductor's CPU ISA probes, paid once per machine.
+
+``TORCHINDUCTOR_VEC_ISA_OK=1`` (core.cache's recorded verdict) skips only Inductor's base probe. Its other probes
+(``cpu_vec_isa.py``: avx512-bf16, avx512-vnni, AMX, AMX-fp16) run in every fresh process whatever that setting says,
+each a build and a fresh Python that loads it: 22.5 s of a 34.8 s first compile on the H200 machine even with the
+base verdict recorded (docs/benchmarks.md). Their verdicts depend only on the CPU, torch and the C++ compiler, like
+the base one, so they are recorded beside it in the package cache (``isa-checks-<identity>.json``, the identity of
+``core.cache.isa_probe_identity``: a record of another CPU, compiler or torch is another file, never read) and every
+process pytest-aoti compiles in consults them before probing (``torch_private.memoize_isa_checks``).
+
+The session names the record in ``PYTEST_AOTI_ISA_RECORD``, so its xdist workers and children find it. Imports
+torch only when a compile is about to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+ISA_RECORD_ENV = "PYTEST_AOTI_ISA_RECORD"
+_RECORD = "isa-checks-{}.json"
+_memo: dict[str, bool] | None = None
+_loaded: dict[str, bool] = {}
+
+
+def record_path(root: Path) -> Path:
+    from pytest_aoti.core.cache import isa_probe_identity
+
+    return root / _RECORD.format(isa_probe_identity()[:32])
+
+
+def read_record(path: Path) -> dict[str, bool]:
+    """The recorded verdicts; an unreadable or malformed record gives none (the probes then run)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    checks = data.get("checks") if isinstance(data, dict) else None
+    if not isinstance(checks, dict):
+        return {}
+    return {str(key): value for key, value in checks.items() if isinstance(value, bool)}
+
+
+def use_recorded() -> None:
+    """Before a compile: have Inductor's ISA probes answer from the record named by ``PYTEST_AOTI_ISA_RECORD`` where
+    it has an answer, and remember what they find. Once per process; a torch without the hook probes as before."""
+    global _memo, _loaded
+    if _memo is not None:
+        return
+    from pytest_aoti.core import torch_private
+
+    named = os.environ.get(ISA_RECORD_ENV, "")
+    _loaded = read_record(Path(named)) if named else {}
+    memo = torch_private.memoize_isa_checks(dict(_loaded))
+    _memo = memo if memo is not None else {}  # the dict the probes fill: empty at first, never replaced
+
+
+def record(root: Path) -> bool:
+    """At the end of a session: add what this process's probes found to the record in ``root``. True when
+    something new was written."""
+    if not _memo or _memo.items() <= _loaded.items():
+        return False
+    target = record_path(root)
+    merged = {**read_record(target), **_memo}
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    try:
+        partial.write_text(json.dumps({"checks": merged}, sort_keys=True))
+        partial.replace(target)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        return False  # a read-only or full cache dir: the next process probes again
+    return True
+
+
+def forget(root: Path) -> None:
+    """``--aoti-cache-clear``: the records go with the packages."""
+    for path in root.glob(_RECORD.format("*")):
+        path.unlink(missing_ok=True)

@@ -1,0 +1,71 @@
+"""Inductor's CPU ISA probes, paid once per machine (pytest_aoti/core/isa_verdicts.py): real probes in fresh
+interpreters. A probe leaves its build in the Inductor cache dir it ran with, so an empty cache dir after a process
+says that process answered from the record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_aoti.core import isa_verdicts
+
+PROBE = """
+import sys
+from pathlib import Path
+from pytest_aoti.core import isa_verdicts
+import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+isa_verdicts.use_recorded()
+for isa in cpu_vec_isa.valid_vec_isa_list():
+    bool(isa)  # the ISA's own probes (avx512-bf16, vnni, AMX) run on first use
+print("picked", cpu_vec_isa.pick_vec_isa())
+isa_verdicts.record(Path(sys.argv[1]))
+"""
+
+
+def _probe(tmp_path: Path, name: str, record_dir: Path) -> tuple[str, list[Path]]:
+    inductor_cache = tmp_path / f"inductor-{name}"
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache),
+        isa_verdicts.ISA_RECORD_ENV: str(isa_verdicts.record_path(record_dir)),
+    }
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)  # the base probe runs too
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(record_dir)], env=env, capture_output=True, text=True, check=True
+    )
+    built = [path for path in inductor_cache.rglob("*") if path.suffix in (".so", ".cpp")]
+    return result.stdout, built
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
+def test_a_second_process_runs_no_probe_and_picks_the_same_isa(tmp_path: Path) -> None:
+    first_out, first_built = _probe(tmp_path, "first", tmp_path)
+    if not first_built:
+        pytest.skip("this CPU has no ISA Inductor probes")
+    record = isa_verdicts.record_path(tmp_path)
+    assert isa_verdicts.read_record(record), record.read_text()
+    second_out, second_built = _probe(tmp_path, "second", tmp_path)
+    assert second_built == [] and second_out == first_out, (second_out, second_built)
+
+    # A malformed record is no record: the probes run again (and the record is rewritten whole).
+    record.write_text("{not json")
+    third_out, third_built = _probe(tmp_path, "third", tmp_path)
+    assert third_built and third_out == first_out
+    assert isa_verdicts.read_record(record)
+
+
+def test_a_record_of_another_machine_is_another_file(tmp_path: Path) -> None:
+    """The record's name holds the identity (CPU flags, torch, compiler): another machine's never answers here."""
+    foreign = tmp_path / "isa-checks-0123456789abcdef0123456789abcdef.json"
+    foreign.write_text(json.dumps({"checks": {"anything": False}}))
+    assert isa_verdicts.record_path(tmp_path) != foreign
+    assert isa_verdicts.read_record(isa_verdicts.record_path(tmp_path)) == {}
+    assert isa_verdicts.read_record(foreign) == {"anything": False}
+    isa_verdicts.forget(tmp_path)
+    assert not foreign.exists()
