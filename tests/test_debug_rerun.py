@@ -576,3 +576,52 @@ def test_a_raising_verdict_hook_is_reported_and_the_run_goes_on(
         "nodeid": "test_user.py::test_setup_fails",
         "headline": cases["test_setup_fails"]["properties"]["aoti_verdict"],  # type: ignore[index]
     }
+
+
+NAN_AFTER_TANH = """
+import torch
+
+
+class TanhLogLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        h = torch.log(h - 100.0)
+        return self.b(h)
+
+
+def test_nan(aoti_check):
+    torch.manual_seed(0)
+    aoti_check(TanhLogLinear().eval(), (torch.randn(4, 8),))
+"""
+
+
+def test_a_nan_verdict_leads_with_the_kernel_that_made_it(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """Issue 50 item 7: a NaN made by a fused kernel (tanh, then log of a negative) and read by the linear after
+    it. The headline, the summary line and JUnit lead with the kernel that wrote the first non-finite buffer and
+    its line, not with the last kernel that completed (the linear) or its NaN input."""
+    pytester.makepyfile(test_user=NAN_AFTER_TANH)
+    log_line = NAN_AFTER_TANH.lstrip("\n").splitlines().index("        h = torch.log(h - 100.0)") + 1
+    result = run_pytest("--aoti-debug", "-p", "no:logging", "--junitxml=r.xml")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    lead = (
+        r"first NaN/Inf in (cpp_fused_\w*log\w*) \((buf\d+) after launch, mean -?nan\) at "
+        rf"(?:test_user.py:\d+ in forward: [^;]*; )?test_user.py:{log_line} in forward: h = torch.log\(h - 100.0\)"
+    )
+    verdict = re.search(rf"^verdict: {lead}", text, re.MULTILINE)
+    assert verdict is not None, text
+    kernel, buffer = verdict.group(1), verdict.group(2)
+    # The rest follows: the rerun's outcome, then the last kernel that completed (the linear, reading the NaN).
+    assert re.search(rf"^verdict: {lead}.*; failed: .*; last kernel completed: aoti_torch_cpu_addmm_out", text, re.M)
+    assert re.search(rf"^first NaN/Inf: {kernel} {buffer} \(mean -?nan.*test_user.py:{log_line} in forward", text, re.M)
+    result.stdout.re_match_lines([r"=+ aoti =+", rf"test_user.py::test_nan: {lead}"])
+    properties = junit_cases(pytester.path / "r.xml")["test_nan"]["properties"]
+    assert isinstance(properties, dict)
+    assert re.match(lead, str(properties["aoti_verdict"])), properties
+    assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (kernel, buffer)
+    assert re.match(rf"{kernel}: at .*test_user.py:{log_line} in forward", str(properties["aoti_source"])), properties

@@ -99,3 +99,58 @@ def test_compute_sanitizer_first_error() -> None:
         "32 bytes; 5 error(s) in all"
     )
     assert kernel_log.sanitizer_error("========= ERROR SUMMARY: 0 errors\n") is None
+
+
+CUDA_NAN = Path(__file__).parent / "data" / "cuda_nan_logs"
+
+
+def test_a_stats_header_after_a_scalar_arguments_line_is_read() -> None:
+    """The printer ends a scalar argument's line with a literal backslash-n (issue 50 item 6, a real H200 log):
+    ``[  … - 16L: 16  ]\\n[  … - 64L: 64  ]\\n[  after_launch - … - buf21  ]:`` on one line. Every stats header
+    is read, each block keeps its own stats, and the first non-finite output is the log's own, buf21."""
+    tensors_log = (CUDA_NAN / "deep_tensors.log").read_text()
+    assert "  ]\\n[  after_launch - triton_per_fused_add_addmm_gelu_log_native_layer_norm_sub_3 - buf21  ]:" in (
+        tensors_log
+    )
+    stats = kernel_log.tensor_stats(tensors_log)
+    assert len(stats) == tensors_log.count("  ]:\n")  # every header, at the start of a line or not
+    kernels_log = (CUDA_NAN / "deep_kernels.log").read_text()
+    launched = {launch.kernel for launch in kernel_log.launches(kernels_log)}
+    first = kernel_log.first_nonfinite([block for block in stats if block.kernel in (None, *launched)])
+    assert first is not None
+    assert (first.when, first.kernel, first.arg, first.mean, first.launch) == (
+        "after",
+        "triton_per_fused_add_addmm_gelu_log_native_layer_norm_sub_3",
+        "buf21",
+        "nan",
+        1,
+    )
+    # The block before it (buf25 before that launch) keeps its own stats, not buf21's NaN.
+    before = [b for b in stats if b.kernel == first.kernel and b.when == "before" and b.arg == "buf25"]
+    assert [b.mean for b in before] == ["7.45058e-09"]
+    # Stage kernels' NaN assert names the same buffer.
+    assert kernel_log.nan_assert_buffer(kernel_log.nan_assert(kernels_log)) == "buf21"
+
+
+def test_the_shallow_models_nan_is_its_fused_kernels_output() -> None:
+    stats = kernel_log.tensor_stats((CUDA_NAN / "shallow_tensors.log").read_text())
+    first = kernel_log.first_nonfinite(stats)
+    assert first is not None
+    assert (first.kernel, first.arg, first.mean) == ("triton_poi_fused_addmm_log_relu_sub_0", "buf1", "nan")
+    # The bias printed before it keeps its finite stats (it had taken buf1's NaN).
+    bias = [b for b in stats if b.kernel == first.kernel and b.when == "before" and b.arg == "a_bias"]
+    assert bias and all(b.nonfinite is False for b in bias)
+
+
+def test_each_launch_of_a_reused_kernel_is_counted() -> None:
+    """The deep model's 8 blocks launch the matmul 8 times and one fused block kernel 4 times: a block of stats
+    says which launch it belongs to (the source line is that launch's)."""
+    stats = kernel_log.tensor_stats((CUDA_NAN / "deep_tensors.log").read_text())
+    launches: dict[str | None, set[int]] = {}
+    for block in stats:
+        launches.setdefault(block.kernel, set()).add(block.launch)
+    assert launches["aoti_torch_cuda_mm_out"] == set(range(1, 9))
+    assert launches["triton_per_fused_add_addmm_gelu_native_layer_norm_1"] == {1, 2, 3, 4}
+    assert launches[None] == {0}  # model inputs
+    second = kernel_log.kernel_inputs(stats, "aoti_torch_cuda_mm_out", launch=2)
+    assert [block.launch for block in second] == [2] * len(second) and second

@@ -49,7 +49,7 @@ def timeline(verdict: Verdict) -> KernelTimeline | None:
     nonfinite = verdict.first_nonfinite
     if nonfinite is not None and nonfinite.kernel is not None:
         tensors = kernel_log.tensor_stats(_stage_log(verdict, Stage.TENSORS) or "")
-        inputs = _stats(kernel_log.kernel_inputs(tensors, nonfinite.kernel))
+        inputs = _stats(kernel_log.kernel_inputs(tensors, nonfinite.kernel, nonfinite.launch))
         source = _source(verdict, "nonfinite")
         return kernel_timeline("nonfinite", events, marked=nonfinite.kernel, inputs=inputs, source=source)
     first = verdict.first

@@ -14,6 +14,11 @@ _LAUNCH = re.compile(r"^\[ (?P<when>before|after)_launch: (?P<kernel>[^\s\]]+) \
 _STATS_HEADER = re.compile(
     r"^\[  (?:(?P<when>before|after)_launch - (?P<kernel>\S+)|aoti_model_inputs) - (?P<arg>\S+)  \]:\s*$", re.MULTILINE
 )
+# A scalar argument's line ("[  before_launch - triton_per_fused_0 - 16L: 16  ]"). The wrapper Inductor generates ends
+# it with printf("\\n") (torch/_inductor/codegen/debug_utils.py), which prints a backslash and an n, not a newline:
+# the next header lands on the same line, "[  … - 16L: 16  ]\n[  … - 64L: 64  ]\n[  after_launch - … - buf21  ]:",
+# and a parser reading whole lines loses that block (its stats would go to the block before).
+_SCALAR_END = re.compile(r"(?P<scalar>\[  (?:before|after)_launch - \S+ - \S+: [^\]\n]*  \])\\n")
 _STAT_LINE = re.compile(r"^(?P<key>Mean value|Min value|Max value|Device|Size|Dtype): (?P<value>.*)$", re.MULTILINE)
 _NAN_ASSERT = re.compile(r"At least one (?P<what>NaN|INF|Inf) in (?P<buffer>\S+)")
 _RUNTIME_CHECK = re.compile(r"(?P<message>input_handles\[\d+\]: unmatched [^\n]*)")
@@ -38,6 +43,7 @@ class TensorStats:
     maximum: str | None
     device: str | None
     size: str | None
+    launch: int = 0  # which launch of ``kernel`` it belongs to, counted from 1 (0 for a model input)
 
     @property
     def nonfinite(self) -> bool:
@@ -92,22 +98,42 @@ def suspect_kernels(log: str) -> tuple[str, ...]:
     return (suspect,) if previous is None or previous == suspect else (suspect, previous)
 
 
+def _printer_lines(log: str) -> str:
+    """``log`` with each scalar argument's line ended by a newline, as the printer meant: every header on a line
+    of its own (see ``_SCALAR_END``)."""
+    return _SCALAR_END.sub(lambda match: match.group("scalar") + "\n", log)
+
+
 def tensor_stats(log: str) -> list[TensorStats]:
+    log = _printer_lines(log)
     headers = list(_STATS_HEADER.finditer(log))
     blocks = []
+    launches: dict[str, int] = {}
+    previous: tuple[str, str | None] | None = None
     for number, header in enumerate(headers):
         end = headers[number + 1].start() if number + 1 < len(headers) else len(log)
-        fields = {m.group("key"): m.group("value").strip() for m in _STAT_LINE.finditer(log, header.end(), end)}
+        fields: dict[str, str] = {}  # the first stats after a header are its own, should a header go unread
+        for line in _STAT_LINE.finditer(log, header.end(), end):
+            fields.setdefault(line.group("key"), line.group("value").strip())
+        when, kernel = header.group("when") or "input", header.group("kernel")
+        # A kernel's launch prints its "before" blocks, then its "after" blocks: another kernel's block, or a
+        # "before" after an "after", starts the next launch.
+        if kernel is not None and (
+            previous is None or previous[1] != kernel or (previous[0], when) == ("after", "before")
+        ):
+            launches[kernel] = launches.get(kernel, 0) + 1
+        previous = (when, kernel)
         blocks.append(
             TensorStats(
-                when=header.group("when") or "input",
-                kernel=header.group("kernel"),
+                when=when,
+                kernel=kernel,
                 arg=header.group("arg"),
                 mean=fields.get("Mean value"),
                 minimum=fields.get("Min value"),
                 maximum=fields.get("Max value"),
                 device=fields.get("Device"),
                 size=fields.get("Size"),
+                launch=launches.get(kernel, 0) if kernel is not None else 0,
             )
         )
     return blocks
@@ -126,6 +152,12 @@ def nan_assert(log: str) -> str | None:
     """The message of a failed ``TORCHINDUCTOR_NAN_ASSERTS`` check, e.g. ``At least one NaN in buf0``."""
     match = _NAN_ASSERT.search(log)
     return match.group(0) if match else None
+
+
+def nan_assert_buffer(message: str | None) -> str | None:
+    """The buffer a NaN assert's message names (``buf21`` of ``At least one NaN in buf21``)."""
+    match = _NAN_ASSERT.search(message or "")
+    return match.group("buffer") if match else None
 
 
 def runtime_check_error(log: str) -> str | None:
@@ -215,13 +247,15 @@ def asserted_bounds(condition: str | None) -> tuple[int, int] | None:
     return (int(match.group("low")), int(match.group("high"))) if match else None
 
 
-def kernel_inputs(stats: list[TensorStats], kernel: str) -> list[TensorStats]:
-    """The stats of ``kernel``'s input tensors just before its (last) launch: arguments that are model inputs or that
-    an earlier kernel wrote. The kernel's own output buffers are left out: before the launch they hold garbage."""
+def kernel_inputs(stats: list[TensorStats], kernel: str, launch: int | None = None) -> list[TensorStats]:
+    """The stats of ``kernel``'s input tensors just before its ``launch`` (counted from 1; default its last):
+    arguments that are model inputs or that an earlier kernel wrote. The kernel's own output buffers are left out:
+    before the launch they hold garbage."""
     known = {block.arg for block in stats if block.when == "input"}
     inputs: dict[str, TensorStats] = {}
     for block in stats:
-        if block.kernel == kernel and block.when == "before" and block.arg in known:
+        this_launch = launch is None or block.launch == launch
+        if block.kernel == kernel and block.when == "before" and block.arg in known and this_launch:
             inputs[block.arg] = block
         if block.when == "after" and block.kernel != kernel:
             known.add(block.arg)

@@ -46,10 +46,11 @@ _SOURCE_ROLES = ("divergent", "nonfinite", "next", "suspect")
 
 
 def source_line(verdict: Verdict) -> str | None:
-    """The user's line the verdict points at (JUnit ``aoti_source``)."""
+    """The user's line the verdict points at (JUnit ``aoti_source``): the line its headline leads with."""
     if verdict.crashed_after_run and verdict.crash_frame is not None:
         return f"crash: at {verdict.crash_frame.describe(verdict.source_root)}"
-    for role in _SOURCE_ROLES:
+    roles = ("nonfinite", *_SOURCE_ROLES) if nan_leads(verdict) else _SOURCE_ROLES
+    for role in roles:
         source = verdict.sources.get(role)
         if source is not None:
             return f"{source.name}: {_source_of(verdict, role, source)}"
@@ -57,6 +58,43 @@ def source_line(verdict: Verdict) -> str | None:
 
 
 _GENERIC_RUN_ERROR = "run_func_("
+
+
+def nan_leads(verdict: Verdict) -> bool:
+    """Whether the verdict is about a NaN/Inf whose writer the printer found: the rerun failed (it did not crash
+    or hang) with no index check or CUDA error to explain first. Its headline then leads with that kernel."""
+    first = verdict.first
+    return (
+        verdict.first_nonfinite is not None
+        and first is not None
+        and first.outcome is Outcome.FAILED
+        and not (verdict.device_assert or verdict.bounds_check or verdict.cuda_error)
+    )
+
+
+def first_nonfinite_text(verdict: Verdict) -> str | None:
+    """``first NaN/Inf in <kernel> (<buffer> after launch, mean nan) at <its line>``: the kernel that wrote the
+    first non-finite buffer stage tensors' printer saw."""
+    if verdict.first_nonfinite is None:
+        return None
+    return f"first NaN/Inf in {_where(verdict.first_nonfinite)}{_at(verdict, 'nonfinite')}"
+
+
+def nan_disagreement(verdict: Verdict) -> str | None:
+    """What the NaN assert of stage kernels and the printer's stats of stage tensors say, when they differ: the
+    assert names a buffer that is not the first non-finite one the printer saw, or the printer saw none."""
+    buffer = kernel_log.nan_assert_buffer(verdict.nan_assert)
+    found = verdict.first_nonfinite
+    if buffer is None or (found is not None and found.arg == buffer):
+        return None
+    tensors = next((run for run in verdict.stages if run.stage == Stage.TENSORS), None)
+    if found is not None:
+        printer = f"the printer's first non-finite buffer is {found.arg} ({found.kernel or 'a model input'})"
+    elif tensors is not None and tensors.reproduced:
+        printer = f"the printer saw no NaN/Inf in the kernels it printed ({', '.join(verdict.suspects) or 'none'})"
+    else:
+        return None
+    return f"the NaN assert and the printer disagree: the assert names {buffer}, {printer}"
 
 
 def _cause(verdict: Verdict) -> str | None:
@@ -192,7 +230,11 @@ def headline(verdict: Verdict) -> str:
     if cause and _GENERIC_RUN_ERROR in described:
         # AOTI's generic wrapper error says nothing; the logs said what happened.
         described = f"{first.outcome}: {cause}"
-    parts = [described]
+    # The first NaN/Inf: its kernel and line, and whether the NaN assert says otherwise. A NaN's verdict leads
+    # with them; the run's outcome and the rest follow.
+    nan_parts = [part for part in (first_nonfinite_text(verdict), nan_disagreement(verdict)) if part is not None]
+    leads = nan_leads(verdict)
+    parts = [*(nan_parts if leads else []), described]
     if verdict.test_failure is not None:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     where = _where_the_run_was(verdict, crashed=first.outcome is Outcome.CRASHED)
@@ -209,8 +251,8 @@ def headline(verdict: Verdict) -> str:
         parts.append(f"compute-sanitizer: {verdict.sanitizer.describe()}")
     if verdict.nan_assert and verdict.nan_assert not in described:
         parts.append(f"NaN assert: {verdict.nan_assert}")
-    if verdict.first_nonfinite is not None:
-        parts.append(f"first NaN/Inf in {_where(verdict.first_nonfinite)}{_at(verdict, 'nonfinite')}")
+    if not leads:
+        parts += nan_parts
     if verdict.numerics is not None:
         parts.append(divergence(verdict.numerics, _at(verdict, "divergent")))
     if verdict.reproduction is not None:
@@ -225,7 +267,7 @@ def _where_the_run_was(verdict: Verdict, *, crashed: bool) -> str | None:
         return f"in kernel {verdict.died_in} (before_launch with no after_launch){_at(verdict, 'suspect')}"
     if verdict.crashed_after_run:
         return _no_kernel_running(verdict)
-    if verdict.last_completed and crashed:
+    if verdict.crashed_between_kernels:
         following = verdict.sources.get("next")
         between = (
             f"the next call is {following.name}{_at(verdict, 'next')}"
@@ -299,6 +341,7 @@ def render(verdict: Verdict, failure_kind: str | None = None) -> PublicVerdict:
         flaky=0 < failed < total,
         suspect_kernel=verdict.suspect_kernel,
         first_nonfinite_kernel=(verdict.first_nonfinite.kernel or "model input") if verdict.first_nonfinite else None,
+        first_nonfinite_buffer=verdict.first_nonfinite.arg if verdict.first_nonfinite else None,
         first_divergent_kernel=(diverged.kernel if diverged else "none") if verdict.numerics is not None else None,
         source_line=source,
         signal=first.signal_name if first is not None else None,
@@ -340,12 +383,7 @@ def _section(verdict: Verdict, head: str) -> str:
         lines.append(
             f"inputs of {verdict.suspect_kernel}: " + "; ".join(_stats_text(block) for block in verdict.suspect_inputs)
         )
-    if verdict.first_nonfinite is not None:
-        stats = verdict.first_nonfinite
-        lines.append(
-            f"first NaN/Inf: {stats.kernel or 'model input'} {stats.arg} "
-            f"(mean {stats.mean}, min {stats.minimum}, max {stats.maximum}, size {stats.size})"
-        )
+    lines += _nonfinite_lines(verdict)
     for label, signal_text in (
         ("device-side assert", verdict.device_assert),
         ("kernel bounds check", verdict.bounds_check),
@@ -375,6 +413,20 @@ def _section(verdict: Verdict, head: str) -> str:
     return "\n".join(lines)
 
 
+def _nonfinite_lines(verdict: Verdict) -> list[str]:
+    """The report section's lines on the first NaN/Inf: the buffer's stats and the line of the kernel that wrote
+    it, and whether the NaN assert agrees."""
+    lines = []
+    stats = verdict.first_nonfinite
+    if stats is not None:
+        lines.append(
+            f"first NaN/Inf: {stats.kernel or 'model input'} {stats.arg} (mean {stats.mean}, min {stats.minimum}, "
+            f"max {stats.maximum}, size {stats.size}){_at(verdict, 'nonfinite')}"
+        )
+    disagreement = nan_disagreement(verdict)
+    return [*lines, disagreement] if disagreement is not None else lines
+
+
 def user_properties(verdict: Verdict) -> list[tuple[str, str]]:
     """The JUnit properties of a verdict (:func:`render`'s ``properties``)."""
     return list(render(verdict).properties)
@@ -390,6 +442,7 @@ def _properties(verdict: Verdict, head: str, source: str | None) -> list[tuple[s
         properties.append(("aoti_suspect_kernel", verdict.suspect_kernel))
     if verdict.first_nonfinite is not None:
         properties.append(("aoti_first_nonfinite_kernel", verdict.first_nonfinite.kernel or "model input"))
+        properties.append(("aoti_first_nonfinite_buffer", verdict.first_nonfinite.arg))
     if first is not None and first.signal_name:
         properties.append(("aoti_signal", first.signal_name))
     if first is not None:

@@ -138,6 +138,14 @@ class Verdict:
         return crashed and self.died_in is None and self.phase in ("loaded", "ran")
 
     @property
+    def crashed_between_kernels(self) -> bool:
+        """A crash after the last kernel that completed and before the next one launched (a custom op or an
+        extern call): the next call in the package is where it was."""
+        first = self.first
+        crashed = first is not None and first.outcome is Outcome.CRASHED
+        return crashed and self.died_in is None and self.last_completed is not None and not self.crashed_after_run
+
+    @property
     def suspect_kernel(self) -> str | None:
         if self.crashed_after_run:
             return None
@@ -405,10 +413,13 @@ def kernel_sources(
         find("suspect", verdict.died_in, _launch_count(log, verdict.died_in, "before"))
     elif verdict.last_completed is not None and not verdict.crashed_after_run:
         index = find("suspect", verdict.last_completed, _launch_count(log, verdict.last_completed, "after"))
-        if index is not None and index + 1 < len(sources):
+        # The call after it is the answer only for a crash between the two; in any other failure it never ran.
+        if verdict.crashed_between_kernels and index is not None and index + 1 < len(sources):
             found["next"] = sources[index + 1]
-    if verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel is not None:
-        find("nonfinite", verdict.first_nonfinite.kernel)
+    nonfinite = verdict.first_nonfinite
+    if nonfinite is not None and nonfinite.kernel is not None:
+        # The launch that wrote it (a kernel reused by several blocks has a line per launch).
+        find("nonfinite", nonfinite.kernel, nonfinite.launch)
     if verdict.numerics is not None and verdict.numerics.diverged is not None:
         find("divergent", verdict.numerics.diverged.kernel)
     return found

@@ -33,10 +33,12 @@ class PublicVerdict:
       ``flaky (1 of 3 reruns)``, ``did not reproduce (0 of 3 reruns)``, or None without a rerun; ``flaky``: some
       reruns failed and some passed.
     - ``suspect_kernel``: the kernel that never finished, else the last one that completed (None for a crash while
-      no kernel ran); ``first_nonfinite_kernel``: the first kernel whose output held NaN/Inf (``model input`` when an
-      input did); ``first_divergent_kernel``: stage numerics' first kernel that differs from eager (``none`` when
-      it compared and none did).
-    - ``source_line``: the user's line the verdict points at (``kernel: at model.py:42 in forward: …``).
+      no kernel ran); ``first_nonfinite_kernel``: the kernel that wrote the first buffer holding NaN/Inf
+      (``model input`` when an input held it), and ``first_nonfinite_buffer`` that buffer (or input);
+      ``first_divergent_kernel``: stage numerics' first kernel that differs from eager (``none`` when it compared
+      and none did).
+    - ``source_line``: the user's line the verdict points at, the one its headline leads with (``kernel: at
+      model.py:42 in forward: …``).
     - ``signal``: the signal that ended the rerun (``SIGSEGV``), or None.
     - ``reproduce``: a shell line that reruns the first rerun by hand ("" without a rerun).
     - ``bundle``: the repro bundle's directory (``python repro.py`` in it), or None.
@@ -54,6 +56,7 @@ class PublicVerdict:
     flaky: bool
     suspect_kernel: str | None
     first_nonfinite_kernel: str | None
+    first_nonfinite_buffer: str | None
     first_divergent_kernel: str | None
     source_line: str | None
     signal: str | None

@@ -131,3 +131,33 @@ def test_a_crash_frame_in_any_of_pytest_aotis_subpackages_is_not_the_users(tmp_p
         kernel_log.CrashFrame(str(test_file), 2, "test_crash"),
     ]
     assert provenance.user_frame(frames) == provenance.SourceLine(str(test_file), 2, "test_crash", "compiled(x)")
+
+
+def test_a_failure_that_is_not_a_crash_points_at_the_last_kernel_not_the_call_after_it(tmp_path: Path) -> None:
+    """The call after the last completed kernel never ran unless the process crashed there: for a failure (a NaN
+    assert stopping the package) JUnit's ``aoti_source`` is the last kernel's line (issue 50 item 6, the shallow
+    model's ``aoti_source`` named the linear after its NaN)."""
+    kernel = "cpp_fused_add_maybe_crash_mul_sin_0"
+    log = f"[ before_launch: {kernel} ]\n[ after_launch: {kernel} ]\n"
+    (tmp_path / "kernels.log").write_text(log)
+    run = ChildRun(
+        stage="kernels",
+        outcome=Outcome.FAILED,
+        returncode=1,
+        signal_name=None,
+        seconds=1.0,
+        log_path=tmp_path / "kernels.log",
+        command=["python"],
+        env_delta={},
+        cwd=tmp_path,
+        error="RuntimeError: run_func_( container_handle_, …",
+    )
+    verdict = Verdict(
+        "t.py::test", stages=[run], last_completed=kernel_log.last_completed(log), nan_assert="At least one NaN in buf0"
+    )
+    verdict.source_root = Path("/work/suite")
+    verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO)), log)
+    assert set(verdict.sources) == {"suspect"}
+    expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
+    assert dict(user_properties(verdict))["aoti_source"] == f"{kernel}: at {expected}"
+    assert "the next call" not in headline(verdict)

@@ -327,7 +327,11 @@ def test_a_nan_verdict_leads_with_the_nan_assert_not_the_wrapper_error(tmp_path:
     run = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, input_handles...")
     verdict = Verdict("t.py::test", stages=[run], last_completed="k", nan_assert="At least one NaN in buf0")
     verdict.first_nonfinite = kernel_log.first_nonfinite(kernel_log.tensor_stats(evidence))
-    assert headline(verdict).startswith("failed: NaN assert: At least one NaN in buf0; last kernel completed: k")
+    # The kernel that made the NaN leads (issue 50 item 7), then the NaN assert instead of AOTI's wrapper error.
+    assert headline(verdict).startswith(
+        "first NaN/Inf in triton_poi_fused_add_log_mul_0 (buf0 after launch, mean nan); "
+        "failed: NaN assert: At least one NaN in buf0; last kernel completed: k"
+    )
 
 
 def test_a_crashed_items_file_is_found_from_its_node_id_outside_the_rootdir(tmp_path: Path) -> None:
@@ -420,3 +424,37 @@ def test_a_verdict_is_rendered_once_into_a_frozen_public_record(
         "not rerun",
         "",
     )
+
+
+def _nan_stats(kernel: str, arg: str) -> kernel_log.TensorStats:
+    return kernel_log.tensor_stats(f"[  after_launch - {kernel} - {arg}  ]:\nMean value: nan\nMin value: nan\n")[0]
+
+
+def test_a_crash_leads_with_where_it_crashed_even_after_a_nan(tmp_path: Path) -> None:
+    """A NaN seen before a crash (a NaN index, say) follows the crash's kernel: the headline leads with the NaN's
+    kernel only when the rerun failed on it."""
+    run = _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV")
+    verdict = Verdict("t.py::test", stages=[run], died_in="k1", last_completed="k0")
+    verdict.first_nonfinite = _nan_stats("k0", "buf0")
+    assert headline(verdict).startswith("crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch); ")
+    assert "; first NaN/Inf in k0 (buf0 after launch, mean nan); " in headline(verdict)
+
+
+def test_a_nan_assert_with_no_nan_in_the_printers_stats_says_they_disagree(tmp_path: Path) -> None:
+    kernels = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, …")
+    tensors = _run(tmp_path, "tensors", "failed", error="AOTIInvariantError: output 0: nonfinite invariant violated")
+    verdict = Verdict(
+        "t.py::test", stages=[kernels, tensors], last_completed="k1", nan_assert="At least one NaN in buf3"
+    )
+    verdict.suspects = ("k0", "k1")
+    disagreement = (
+        "the NaN assert and the printer disagree: the assert names buf3, the printer saw no NaN/Inf in the kernels "
+        "it printed (k0, k1)"
+    )
+    assert f"failed: NaN assert: At least one NaN in buf3; last kernel completed: k1; {disagreement}" in headline(
+        verdict
+    )
+    assert disagreement in section_text(verdict).splitlines()
+    # The same buffer in both: nothing to say.
+    verdict.first_nonfinite = _nan_stats("k1", "buf3")
+    assert "disagree" not in section_text(verdict)

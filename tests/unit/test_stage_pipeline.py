@@ -42,9 +42,15 @@ class Finished:
 class FakeLauncher:
     """Hands each stage the next of its scripted runs: (outcome, signal, log text)."""
 
-    def __init__(self, tmp_path: Path, script: dict[str, list[tuple[str, str | None, str]]]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        script: dict[str, list[tuple[str, str | None, str]]],
+        errors: dict[str, str] | None = None,
+    ) -> None:
         self.tmp_path = tmp_path
         self.script = script
+        self.errors = errors or {}  # a stage's error line, as its child's report gave it
         self.launched: list[tuple[str, int, dict[str, str]]] = []
 
     def __call__(self, stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> Finished:
@@ -64,6 +70,7 @@ class FakeLauncher:
                 env_delta=env,
                 cwd=self.tmp_path,
                 attempt=attempt,
+                error=self.errors.get(stage),
             )
         )
 
@@ -399,3 +406,136 @@ def test_stages_running_side_by_side_get_their_own_basetemp_and_cache(
         o.startswith("--basetemp=") for o in (kernels[0], tensors[0])
     )
     assert kernels[-1] != tensors[-1]  # pytest's cache dir too
+
+
+# Issue 50 item 6: the printer logs of a real CUDA run (H200, torch 2.11.0+cu130) of tests/data/cuda_nan_logs/
+# test_deepnan.py.txt: an 8-block model whose block 4 is followed by log(h - 100), and a shallow relu(linear), log,
+# linear. Stage kernels stops at the NaN assert; stage tensors prints every kernel's stats.
+CUDA_NAN = Path(__file__).parents[1] / "data" / "cuda_nan_logs"
+# What both stages' children reported on the GPU (pytest_debug_run.log): AOTI's wrapper error.
+RUN_FUNC_ERROR = (
+    "RuntimeError: run_func_( container_handle_, input_handles.data(), input_handles.size(), output_handles.data(), "
+    "output_handles.size(), reinterpret_cast<AOTInductorStreamHandle>(stream_handle), proxy..."
+)
+DEEP_LOG_KERNEL = "triton_per_fused_add_addmm_gelu_log_native_layer_norm_sub_3"
+SHALLOW_LOG_KERNEL = "triton_poi_fused_addmm_log_relu_sub_0"
+# The model lines of test_deepnan.py each launch computes (as the GPU run's verdict named them): the fused kernel
+# holding the log has the log's line first; every other launch of the deep model is a block's line.
+MODEL_LINES = {
+    "deep": {DEEP_LOG_KERNEL: (24, 11)},
+    "shallow": {"aoti_torch_cuda_mm_out": (35,), SHALLOW_LOG_KERNEL: (36, 35), "aoti_torch_cuda_addmm_out": (37,)},
+}
+
+
+def _provenance_package(path: Path, model: str, tensors_log: str, model_file: Path) -> None:
+    """A package holding only provenance data (``kernel_information.json``) for the model's launches, in the order
+    stage tensors' log printed them, each with the stack trace of its lines in ``model_file``."""
+    import json
+    import zipfile
+
+    from pytest_aoti.debug import kernel_log
+
+    source = model_file.read_text().splitlines()
+    launches = dict.fromkeys((b.kernel, b.launch) for b in kernel_log.tensor_stats(tensors_log) if b.kernel)
+    info = {}
+    for handle, (kernel, _) in enumerate(launches, start=1):
+        assert kernel is not None
+        lines = MODEL_LINES[model].get(kernel, (11,))
+        traces = [f'File "{model_file}", line {n}, in forward\n    {source[n - 1].strip()}' for n in lines]
+        info[f"{kernel}:{handle}"] = {"stack_traces": traces, "pre_grad_nodes": [f"node_{handle}"]}
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("model/data/aotinductor/model/kernel_information.json", json.dumps(info))
+
+
+def _cuda_nan_verdict(tmp_path: Path, model: str, stages: tuple[str, ...], kernels_log: str | None = None) -> Verdict:
+    """The verdict the stage pipeline makes of the recorded logs of ``model``, with the source lines a repro bundle
+    would give it (read by the same ``attach_bundle`` the stages call)."""
+    kernels_log = kernels_log or (CUDA_NAN / f"{model}_kernels.log").read_text()
+    tensors_log = (CUDA_NAN / f"{model}_tensors.log").read_text()
+    launcher = FakeLauncher(
+        tmp_path,
+        {"kernels": [("failed", None, kernels_log)], "tensors": [("failed", None, tensors_log)]},
+        errors={"kernels": RUN_FUNC_ERROR, "tensors": RUN_FUNC_ERROR},
+    )
+    pipeline = StagePipeline(launcher, tmp_path, {}, 0, Verdict(f"test_deepnan.py::test_{model}_nan"))
+    run_stages(pipeline, stages, kernels=(), nonfinite_failure=True, sanitizer_on_cuda_error=False, mismatch=False)
+    model_file = tmp_path / "test_deepnan.py"
+    model_file.write_text((CUDA_NAN / "test_deepnan.py.txt").read_text())
+    pipeline.bundle.mkdir()
+    _provenance_package(pipeline.bundle / "package.pt2", model, tensors_log, model_file)
+    pipeline.attach_bundle(tmp_path, kernels_log)
+    return pipeline.verdict
+
+
+def test_the_deep_cuda_nan_is_blamed_on_the_kernel_that_wrote_it_everywhere(tmp_path: Path) -> None:
+    """The printer writes a scalar argument's line with a literal backslash-n: the header of buf21's stats (the
+    log's output) shared a line with it, and the first non-finite block the parser saw was the next matmul's."""
+    from pytest_aoti.debug.figures import timeline
+    from pytest_aoti.debug.reporting import render, summary_lines, verdict_record
+
+    verdict = _cuda_nan_verdict(tmp_path, "deep", ("kernels", "tensors"))
+    rendered = render(verdict, "output_nonfinite")
+    at_the_log = "at test_deepnan.py:24 in forward: h = torch.log(h - 100.0); test_deepnan.py:11 in forward: "
+    lead = f"first NaN/Inf in {DEEP_LOG_KERNEL} (buf21 after launch, mean nan) {at_the_log}"
+    # The headline leads with the writer and its line (item 7), then the rerun's outcome; the NaN assert agrees.
+    assert rendered.headline.startswith(lead), rendered.headline
+    assert "; failed: NaN assert: At least one NaN in buf21; " in rendered.headline
+    assert "aoti_torch_cuda_mm_out" not in rendered.headline and "disagree" not in rendered.headline
+    assert f"first NaN/Inf: {DEEP_LOG_KERNEL} buf21 (mean nan, min nan, max nan, size [16, 64]) {at_the_log}" in (
+        rendered.text
+    )
+    properties = dict(rendered.properties)
+    assert properties["aoti_verdict"] == rendered.headline
+    assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (
+        DEEP_LOG_KERNEL,
+        "buf21",
+    )
+    assert properties["aoti_source"].startswith(f"{DEEP_LOG_KERNEL}: {at_the_log}")
+    assert summary_lines(verdict.nodeid, verdict_record(rendered))[0].startswith(f"{verdict.nodeid}: {lead}")
+    # The page's timeline marks the same launch, with its line and the stats of its (finite) inputs.
+    record = timeline(verdict)
+    assert record is not None and record.marked == DEEP_LOG_KERNEL and record.source.startswith(at_the_log)
+    assert record.inputs and all(stats.mean != "nan" for stats in record.inputs)
+
+
+@pytest.mark.parametrize("stages", [("kernels", "tensors"), ("kernels",)], ids=["with stats", "NaN assert only"])
+def test_the_shallow_cuda_nans_junit_source_is_the_writers_line_not_the_next_calls(
+    tmp_path: Path, stages: tuple[str, ...]
+) -> None:
+    """The JUnit ``aoti_source`` named the linear after the NaN (the call after the last completed kernel, which
+    only a crash between kernels is about)."""
+    from pytest_aoti.debug.reporting import render
+
+    rendered = render(_cuda_nan_verdict(tmp_path, "shallow", stages), "output_nonfinite")
+    properties = dict(rendered.properties)
+    at_the_log = "at test_deepnan.py:36 in forward: h = torch.log(h - 100.0); test_deepnan.py:35 in forward: "
+    assert properties["aoti_source"].startswith(f"{SHALLOW_LOG_KERNEL}: {at_the_log}"), properties
+    assert "addmm_out" not in properties["aoti_source"]
+    if stages == ("kernels",):  # no stats: the NaN assert and the kernel it stopped after lead
+        assert rendered.headline.startswith(
+            f"failed: NaN assert: At least one NaN in buf1; last kernel completed: {SHALLOW_LOG_KERNEL} {at_the_log}"
+        ), rendered.headline
+    else:
+        assert rendered.headline.startswith(
+            f"first NaN/Inf in {SHALLOW_LOG_KERNEL} (buf1 after launch, mean nan) {at_the_log}"
+        ), rendered.headline
+        assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (
+            SHALLOW_LOG_KERNEL,
+            "buf1",
+        )
+
+
+def test_a_nan_assert_that_names_another_buffer_than_the_printer_says_they_disagree(tmp_path: Path) -> None:
+    """Stage kernels' NaN assert and stage tensors' stats come from two runs: where they name different buffers,
+    the verdict says so instead of picking one silently."""
+    from pytest_aoti.debug.reporting import render
+
+    kernels_log = (CUDA_NAN / "deep_kernels.log").read_text().replace("NaN in buf21", "NaN in buf25")
+    rendered = render(_cuda_nan_verdict(tmp_path, "deep", ("kernels", "tensors"), kernels_log))
+    disagreement = (
+        "the NaN assert and the printer disagree: the assert names buf25, the printer's first non-finite buffer is "
+        f"buf21 ({DEEP_LOG_KERNEL})"
+    )
+    assert rendered.headline.startswith(f"first NaN/Inf in {DEEP_LOG_KERNEL} (buf21 after launch"), rendered.headline
+    assert f"; {disagreement}; failed: NaN assert: At least one NaN in buf25" in rendered.headline
+    assert disagreement in rendered.text.splitlines()
