@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Generator
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -92,8 +93,11 @@ def aoti_device(request: pytest.FixtureRequest) -> torch.device:
     return device
 
 
-def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
-    """Export/compile failures fail the test with the one-line summary first and the full traceback after."""
+def _fail_on_build_error(build: Callable[..., CompiledModel], fulltrace: bool) -> Callable[..., CompiledModel]:
+    """Export/compile failures fail the test with the one-line summary first and the full traceback after. Any
+    other failure keeps its traceback without pluggy's hook calls (unless ``--fulltrace``): with this wrapper and
+    the fixtures' own frames hidden (``__tracebackhide__``), it ends at the test's line, or goes on into the
+    user's model or conftest where the error was raised there."""
 
     def wrapper(*args: Any, **kwargs: Any) -> CompiledModel:
         __tracebackhide__ = True
@@ -104,6 +108,11 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
 
             message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
             kind = failure_kind(error)
+        except Exception as error:
+            if fulltrace:
+                raise
+            # The same exception, its chain as it was: only pluggy's frames leave its traceback.
+            raise error.with_traceback(_without_hook_calls(error.__traceback__))  # noqa: B904
         # Outside the except block, so pytest does not print the chain again before the summary line. The failure's
         # kind goes with it: the debug triage does not rerun a model export rejected or a compile that raised.
         failed = pytest.fail.Exception(message, pytrace=False)
@@ -111,6 +120,83 @@ def _fail_on_build_error(build: Callable[..., CompiledModel]) -> Callable[..., C
         raise failed
 
     return wrapper
+
+
+def _without_hook_calls(traceback: TracebackType | None) -> TracebackType | None:
+    """``traceback`` without pluggy's frames: the calls of pytest-aoti's hooks from its fixtures. pytest hides them
+    as its own internals (``filter_traceback``) only where it cannot find the test's frame, which it can here."""
+    import pluggy
+
+    pluggy_dir = Path(pluggy.__file__).parent
+    kept: list[TracebackType] = []
+    while traceback is not None:
+        if not Path(traceback.tb_frame.f_code.co_filename).is_relative_to(pluggy_dir):
+            kept.append(traceback)
+        traceback = traceback.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
+def _where_implemented(config: pytest.Config, name: str) -> str:
+    """Where the implementations of one of pytest-aoti's hooks that are not pytest-aoti's own live: the conftests
+    and plugins that could have returned a bad result."""
+    places = []
+    for impl in getattr(config.hook, name).get_hookimpls():
+        if getattr(impl.function, "__module__", "").startswith("pytest_aoti."):
+            continue
+        code = getattr(impl.function, "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(impl.function)
+        places.append(
+            where
+            if impl.plugin_name == getattr(code, "co_filename", None)
+            else f"{where} (plugin {impl.plugin_name!r})"
+        )
+    if not places:
+        return ""
+    return f"; implemented at {places[0]}" if len(places) == 1 else f"; implemented at one of {', '.join(places)}"
+
+
+def _shown(value: Any) -> str:
+    """A hook's result as a message shows it: its repr (cut short) and its type."""
+    text = repr(value)
+    return f"{text if len(text) <= 200 else text[:197] + '...'} ({type(value).__name__})"
+
+
+def _feature_keywords(config: pytest.Config) -> set[str]:
+    """The builder keywords the features take (``pytest_aoti_build_options``); a result that is no list of names is
+    a TypeError naming where the hook is implemented."""
+    __tracebackhide__ = True
+    keywords: set[str] = set()
+    for names in config.hook.pytest_aoti_build_options(config=config):
+        if isinstance(names, str | bytes) or not isinstance(names, list | tuple | set | frozenset):
+            raise TypeError(
+                f"pytest_aoti_build_options returned {_shown(names)}, not a list of keyword names"
+                + _where_implemented(config, "pytest_aoti_build_options")
+            )
+        bad = [name for name in names if not isinstance(name, str)]
+        if bad:
+            raise TypeError(
+                f"pytest_aoti_build_options returned {_shown(names)}: {_shown(bad[0])} is not a keyword name"
+                + _where_implemented(config, "pytest_aoti_build_options")
+            )
+        keywords.update(names)
+    return keywords
+
+
+def _built(config: pytest.Config, result: Any) -> CompiledModel:
+    """The result of ``pytest_aoti_build``, once it is a compiled model."""
+    __tracebackhide__ = True
+    from pytest_aoti.core.compiler import CompiledModel
+
+    if not isinstance(result, CompiledModel):
+        raise TypeError(
+            f"pytest_aoti_build returned {_shown(result)}, not the CompiledModel that build() returns"
+            + _where_implemented(config, "pytest_aoti_build")
+            + " (an implementation returns build()'s result, or None to leave the build to the next one)"
+        )
+    return result
 
 
 def _seed() -> None:
@@ -174,12 +260,12 @@ def _builder(
     # Opened when a test asks for a builder, not at its first build: an unusable cache dir is reported right away.
     cache = session_cache(config)
     observers = config.stash.get(call_observers_key, NO_OBSERVERS)
-    feature_keywords = {name for names in config.hook.pytest_aoti_build_options(config=config) for name in names or ()}
-    accepted = _accepted_keywords(core, feature_keywords)
 
-    @_fail_on_build_error
     def build(model: Any, args: Any, kwargs: dict[str, Any] | None = None, **options: Any) -> CompiledModel:
         __tracebackhide__ = True
+        # Asked at each build, so that a hook's bad result fails the test that builds, with the test's own line.
+        feature_keywords = _feature_keywords(config)
+        accepted = _accepted_keywords(core, feature_keywords)
         _refuse_unknown_keywords("aoti_check" if compares_with_eager else "aoti_compile", options, accepted)
         options = _with_defaults(options, device, allow_nonfinite, restride_inputs, allow_out_of_range)
         feature_options = {name: options.pop(name) for name in list(options) if name in feature_keywords}
@@ -197,17 +283,18 @@ def _builder(
             options["on_matched"] = _matched_outputs_hook(config, request, MatchedOutputs)
 
         def build_and_load() -> CompiledModel:
+            __tracebackhide__ = True
             moved_args, moved_kwargs = _moved(args, device), _moved(kwargs, device)
             return core(
                 module, moved_args, moved_kwargs, package_dir=package_dir, cache=cache, observers=observers, **options
             )
 
-        compiled: CompiledModel = config.hook.pytest_aoti_build(config=config, request=request, build=build_and_load)
+        compiled = _built(config, config.hook.pytest_aoti_build(config=config, request=request, build=build_and_load))
         record.append(compiled)
         config.hook.pytest_aoti_package_built(config=config, built=BuiltPackage(request=request, compiled=compiled))
         return compiled
 
-    return build
+    return _fail_on_build_error(build, fulltrace=bool(config.getoption("fulltrace", False)))
 
 
 def _with_defaults(
@@ -241,6 +328,7 @@ def _matched_outputs_hook(config: pytest.Config, request: Any, record: Any) -> C
 @pytest.hookimpl(trylast=True)
 def pytest_aoti_build(config: pytest.Config, request: Any, build: Callable[[], CompiledModel]) -> CompiledModel:
     """The build itself; features that must surround it wrap this hook."""
+    __tracebackhide__ = True
     return build()
 
 
@@ -339,4 +427,7 @@ def pytest_runtest_makereport(
         accepted = [note for c in compiled for note in c.accepted_by_float64]
         if accepted:
             report.user_properties = [*report.user_properties, ("aoti_float64_judge", "\n".join(accepted))]
+        trusted = [note for c in compiled for note in c.eager_over_metadata]
+        if trusted:
+            report.user_properties = [*report.user_properties, ("aoti_dtype_from_eager", "\n".join(trusted))]
     return report

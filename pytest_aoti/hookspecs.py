@@ -65,13 +65,15 @@ class MatchedOutputs:
 def pytest_aoti_build_options(config: pytest.Config) -> list[str] | None:
     """The keyword arguments of the builder fixtures that a feature takes (e.g. ``snapshot``, ``bundle_io``). The
     fixtures take them out of the core's arguments and hand them over in ``BuildRequest.feature_options``; a keyword
-    that neither the core nor any feature takes is the core's ``TypeError``."""
+    that neither the core nor any feature takes is the core's ``TypeError``. A result that is neither None nor a list
+    of names fails the test that builds, naming where the hook is implemented."""
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_aoti_build(config: pytest.Config, request: BuildRequest, build: Callable[[], CompiledModel]) -> Any:
     """Build and load one package: the fixtures' own implementation returns ``build()``. A feature that must
-    surround every build wraps this hook (``@pytest.hookimpl(wrapper=True)``), as the benchmark lock does."""
+    surround every build wraps this hook (``@pytest.hookimpl(wrapper=True)``), as the benchmark lock does. A result
+    that is not a ``CompiledModel`` fails the test that builds, naming where the hook is implemented."""
 
 
 @pytest.hookspec

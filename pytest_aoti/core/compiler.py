@@ -37,6 +37,7 @@ from pytest_aoti.core.invariants import (
     ProgramSpec,
     check_inputs,
     check_outputs,
+    dtypes_as_eager_returns,
     flatten_inputs,
     program_spec,
 )
@@ -262,6 +263,8 @@ class CompiledModel:
     # aoti_check's input sets that differed from eager beyond assert_close's defaults and were accepted as no less
     # accurate than eager against a float64 run (:mod:`pytest_aoti.core.accuracy`), with its numbers.
     accepted_by_float64: list[str] = field(default_factory=list, repr=False)
+    # Outputs whose dtype aoti_check holds to eager's, where the exported program's metadata said another.
+    eager_over_metadata: list[str] = field(default_factory=list, repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
@@ -277,10 +280,6 @@ class CompiledModel:
         allow_out_of_range: bool | None = None,
     ) -> Any:
         __tracebackhide__ = True
-        if self.runner is None:
-            raise RuntimeError(f"{self.package_path.name}: this compiled model was released at the end of its test")
-        if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
-            raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
         nonfinite_ok = (
             self.allow_nonfinite if allow_nonfinite is None else check_flag(allow_nonfinite, "allow_nonfinite")
         )
@@ -290,8 +289,22 @@ class CompiledModel:
             if allow_out_of_range is None
             else check_flag(allow_out_of_range, "allow_out_of_range")
         )
+        outputs, bound = self._run_checked_inputs(args, kwargs or {}, nonfinite_ok, restride, out_of_range_ok)
+        self._check_outputs(outputs, bound, nonfinite_ok)
+        return outputs
+
+    def _run_checked_inputs(
+        self, args: Sequence[Any], kwargs: dict[str, Any], nonfinite_ok: bool, restride: bool, out_of_range_ok: bool
+    ) -> tuple[Any, dict[Any, int]]:
+        """The package's outputs on inputs that passed their checks, and the dynamic-dim values they bound; the
+        outputs are not checked yet."""
+        __tracebackhide__ = True
+        if self.runner is None:
+            raise RuntimeError(f"{self.package_path.name}: this compiled model was released at the end of its test")
+        if self.poisoned is not None and self.poisoned.draw is not None and self.poisoned.draw == self.last_draw:
+            raise self.poisoned.error  # the Hypothesis example that poisoned the device, replayed
         in_spec = self.exported_program.call_spec.in_spec
-        flat_inputs = flatten_inputs(in_spec, args, kwargs or {})
+        flat_inputs = flatten_inputs(in_spec, args, kwargs)
         bound, run_with = check_inputs(
             self.spec,
             flat_inputs,
@@ -311,11 +324,28 @@ class CompiledModel:
                 # Kernel errors are asynchronous: make them surface here, in the call that caused them.
                 torch.cuda.synchronize(self.device)
             phases.mark("ran", str(self.package_path))
+        except Exception as error:
+            self._note_poisoned(error)
+            raise
+        return outputs, bound
+
+    def _check_outputs(self, outputs: Any, bound: dict[Any, int], nonfinite_ok: bool) -> None:
+        __tracebackhide__ = True
+        try:
             check_outputs(self.spec, pytree.tree_leaves(outputs), self.device, bound, allow_nonfinite=nonfinite_ok)
         except Exception as error:
             self._note_poisoned(error)
             raise
-        return outputs
+
+    def dtypes_as_eager_returns(self, eager_outputs: Any) -> list[str]:
+        """Check the outputs' dtypes against ``eager_outputs``' where the exported program's metadata disagrees
+        with them (:func:`pytest_aoti.core.invariants.dtypes_as_eager_returns`), for this call and every later
+        one; a note for each, also given as a warning."""
+        self.spec, notes = dtypes_as_eager_returns(self.spec, pytree.tree_leaves(eager_outputs))
+        for note in notes:
+            warnings.warn(f"pytest-aoti: {self.package_path.name}: {note}", UserWarning, stacklevel=2)
+        self.eager_over_metadata.extend(notes)
+        return notes
 
     def release(self) -> None:
         """Unload the package (its extraction dir goes with it); calls after this raise."""
@@ -485,13 +515,19 @@ _COMPILE_FLAGS = (
 )
 
 
-def _exported_for_aoti(call: ExportCall, *, strict: bool, allow_specialized_dims: bool) -> ExportedProgram:
-    """The exported program, once its outputs are ones a package can return and every dim asked to be dynamic is."""
+def _exported_for_aoti(
+    call: ExportCall, *, strict: bool, allow_specialized_dims: bool
+) -> tuple[ExportedProgram, ProgramSpec]:
+    """The exported program, once its outputs are ones a package can return and every dim asked to be dynamic is,
+    and what its package accepts and returns. The spec is read before the compile: Inductor adds guards of its own
+    to the program's shape environment, and a package taken from the cache had no compile."""
     exported = export_model(call.module, call.args, call.kwargs, dynamic_shapes=call.dynamic_shapes, strict=strict)
     _check_tensor_outputs(exported)
+    spec = program_spec(exported)
     if not allow_specialized_dims:
-        refuse_specialized(call, program_spec(exported))
-    return exported
+        refuse_specialized(call, spec)
+    spec = dataclasses.replace(spec, dim_names=dim_names(call, spec), ranges=declared_ranges(call, spec, exported))
+    return exported, spec
 
 
 def compile_model(
@@ -523,7 +559,7 @@ def compile_model(
     configs = validate_inductor_configs(inductor_configs)
     device = compile_device(args, kwargs, module)
     call = ExportCall(module, args, kwargs, dynamic_shapes)
-    exported = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
+    exported, spec = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
     key = cache.key_for(exported, configs, device) if cache is not None else None
     package_path, compile_seconds, from_cache = _built_or_cached(
         exported, configs, package_dir, type(module).__name__, cache, key
@@ -531,7 +567,6 @@ def compile_model(
     runner = load_package(package_path, device, extract_dir=package_dir)
     if weights_outside_the_package(configs):
         load_exported_weights(runner, exported)
-    spec = program_spec(exported)
     compiled = CompiledModel(
         package_path=package_path,
         exported_program=exported,
@@ -539,7 +574,7 @@ def compile_model(
         compile_seconds=compile_seconds,
         from_cache=from_cache,
         runner=runner,
-        spec=dataclasses.replace(spec, dim_names=dim_names(call, spec), ranges=declared_ranges(call, spec, exported)),
+        spec=spec,
         allow_nonfinite=allow_nonfinite,
         restride_inputs=restride_inputs,
         allow_out_of_range=allow_out_of_range,
@@ -684,14 +719,13 @@ def _compare_input_set(
     package_args, package_kwargs = copied_inputs(inputs)
     eager_args, eager_kwargs = copied_inputs(inputs)
     try:
-        with capture.package() if capture else contextlib.nullcontext():
-            actual = compiled.call(package_args, package_kwargs)
+        actual, expected = _package_then_eager(
+            compiled, module, (package_args, package_kwargs), (eager_args, eager_kwargs), allow_nonfinite, capture
+        )
     except AOTIInvariantError as error:
         if label != "example inputs":  # which input set broke the invariant
             error.args = (f"{label}: {error}",)
         raise
-    with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
-        expected = module(*eager_args, **eager_kwargs)
     accepted = None
     try:
         try:
@@ -722,6 +756,28 @@ def _compare_input_set(
             capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
         raise _mismatch_error(mismatch, compiled.exported_program, module) from None
     return actual, accepted
+
+
+def _package_then_eager(
+    compiled: CompiledModel,
+    module: torch.nn.Module,
+    package_inputs: tuple[Any, dict[str, Any]],
+    eager_inputs: tuple[Any, dict[str, Any]],
+    allow_nonfinite: bool,
+    capture: CallCapture | None,
+) -> tuple[Any, Any]:
+    """The package's outputs (its inputs checked first) and eager's, each on its own copy of the inputs. The
+    package's outputs are checked once eager has said what they are: the exported program's metadata can be wrong
+    about a dtype (:meth:`CompiledModel.dtypes_as_eager_returns`)."""
+    __tracebackhide__ = True
+    restride, out_of_range_ok = compiled.restride_inputs, compiled.allow_out_of_range
+    with capture.package() if capture else contextlib.nullcontext():
+        actual, bound = compiled._run_checked_inputs(*package_inputs, allow_nonfinite, restride, out_of_range_ok)
+    with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
+        expected = module(*eager_inputs[0], **eager_inputs[1])
+    compiled.dtypes_as_eager_returns(expected)
+    compiled._check_outputs(actual, bound, allow_nonfinite)
+    return actual, expected
 
 
 def _judge_against_float64(

@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from pytest_aoti.core.errors import AOTISpecializationError
-from pytest_aoti.core.invariants import ProgramSpec, TensorSpec
+from pytest_aoti.core.invariants import ProgramSpec, TensorSpec, size_assumption
 from pytest_aoti.core.torch_private import (
     combine_args,
     dim_hint_name,
@@ -107,23 +107,6 @@ def declared_ranges(call: ExportCall, spec: ProgramSpec, program: Any) -> dict[A
     return ranges
 
 
-# A guard of one of these forms says an intermediate size is not 0 or 1 (``n >= 2``, ``2 <= n``, ``n > 1``, ``1 < n``):
-# what export assumes of every size, not what the model needs.
-_ZERO_ONE_FORMS = {
-    sympy.GreaterThan: ("rhs", 2),
-    sympy.LessThan: ("lhs", 2),
-    sympy.StrictGreaterThan: ("rhs", 1),
-    sympy.StrictLessThan: ("lhs", 1),
-}
-
-
-def _zero_one_assumption(guard: Any) -> bool:
-    if isinstance(guard, sympy.Ne):  # n != 1, n != 0
-        return bool(guard.rhs in (0, 1) or guard.lhs in (0, 1))
-    form = _ZERO_ONE_FORMS.get(type(guard))
-    return form is not None and bool(getattr(guard, form[0]) == form[1])
-
-
 def _guards_hold(program: Any, root: Any, values: range) -> bool:
     """Whether every guard export recorded on the input sizes that involves ``root``, but for its 0/1 assumptions,
     holds at each of ``values``: a model that needs the root at 2 or more (``x[:4]`` of an ``x`` of ``2 * half``)
@@ -133,7 +116,7 @@ def _guards_hold(program: Any, root: Any, values: range) -> bool:
     if guards is None:
         return False
     for recorded, replaced in guards:
-        if _zero_one_assumption(recorded) or root not in getattr(replaced, "free_symbols", set()):
+        if size_assumption(recorded) or root not in getattr(replaced, "free_symbols", set()):
             continue
         if any(replaced.subs(root, value) is not sympy.true for value in values):
             return False

@@ -7,6 +7,7 @@ after it (device, dtype, shape derived from the exported graph's symbolic shapes
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,14 +59,26 @@ class ScalarSpec:
 
 
 @dataclass(frozen=True)
+class SizeGuard:
+    """A guard export recorded on the input sizes while tracing (``Eq(Mod(s77, 100), 0)`` for a ``reshape(100, -1)``),
+    with export's replacements applied: ``ExportedProgram.module()`` refuses an input that breaks it, and the package,
+    which has no such check, would compute with the sizes it was traced for. ``size_assumption``: it only says that
+    a size is not 0 or 1, which export assumes of every size (:func:`size_assumption`)."""
+
+    expr: sympy.Expr
+    size_assumption: bool
+
+
+@dataclass(frozen=True)
 class ProgramSpec:
-    """Flat inputs, outputs (``None`` for a non-tensor output), dynamic-dim ranges, and the user's ``Dim`` name
-    for each dynamic-dim symbol where known."""
+    """Flat inputs, outputs (``None`` for a non-tensor output), dynamic-dim ranges, the user's ``Dim`` name for
+    each dynamic-dim symbol where known, and export's guards on the input sizes."""
 
     inputs: tuple[TensorSpec | ScalarSpec, ...]
     outputs: tuple[TensorSpec | None, ...]
     ranges: dict[sympy.Expr, tuple[int, int | None]]
     dim_names: dict[sympy.Symbol, str] = field(default_factory=dict)
+    guards: tuple[SizeGuard, ...] = ()
 
     def named(self, expr: Any) -> str:
         """An expression with torch's symbols (``s77``) replaced by the user's ``Dim`` names (``batch``)."""
@@ -124,7 +137,46 @@ def program_spec(ep: ExportedProgram, dim_names: dict[sympy.Symbol, str] | None 
         _tensor_spec(f"output {i}", getattr(node, "meta", {}).get("val")) for i, node in enumerate(output_node.args[0])
     )
     ranges = {expr: (_bound(vr.lower) or 0, _bound(vr.upper)) for expr, vr in ep.range_constraints.items()}
-    return ProgramSpec(tuple(inputs), outputs, ranges, dict(dim_names or {}))
+    return ProgramSpec(tuple(inputs), outputs, ranges, dict(dim_names or {}), _size_guards(ep, inputs))
+
+
+# A guard of one of these forms says a size is not 0 or 1 (``n >= 2``, ``2 <= n``, ``n > 1``, ``1 < n``): what
+# export assumes of every size, not what the model needs.
+_ZERO_ONE_FORMS = {
+    sympy.GreaterThan: ("rhs", 2),
+    sympy.LessThan: ("lhs", 2),
+    sympy.StrictGreaterThan: ("rhs", 1),
+    sympy.StrictLessThan: ("lhs", 1),
+}
+
+
+def size_assumption(guard: Any) -> bool:
+    """Whether a guard, as export recorded it, only says that a size is not 0 or 1."""
+    if isinstance(guard, sympy.Ne):  # n != 1, n != 0
+        return bool(guard.rhs in (0, 1) or guard.lhs in (0, 1))
+    form = _ZERO_ONE_FORMS.get(type(guard))
+    return form is not None and bool(getattr(guard, form[0]) == form[1])
+
+
+def _size_guards(ep: ExportedProgram, inputs: Sequence[TensorSpec | ScalarSpec]) -> tuple[SizeGuard, ...]:
+    """The guards export recorded that involve only the symbols of the user inputs' sizes (a guard on a
+    data-dependent size, ``u0``, cannot be checked before the package runs). Read them before the compile:
+    Inductor adds guards of its own to the same shape environment, and a package from the cache had no compile."""
+    from pytest_aoti.core.torch_private import export_size_guards
+
+    symbols = {
+        symbol
+        for entry in inputs
+        if isinstance(entry, TensorSpec)
+        for dim in (*entry.shape, *entry.stride)
+        for symbol in getattr(dim, "free_symbols", ())
+    }
+    found: dict[sympy.Expr, SizeGuard] = {}
+    for recorded, replaced in export_size_guards(ep) or ():
+        free: set[sympy.Symbol] = getattr(replaced, "free_symbols", set())
+        if free and free <= symbols and replaced not in found:
+            found[replaced] = SizeGuard(replaced, size_assumption(recorded))
+    return tuple(found.values())
 
 
 # Ops that hand on every value of their input unchanged (a view, a copy, an integer cast): an index that reaches a
@@ -377,6 +429,7 @@ def check_inputs(
     tensors = _typed_tensor_inputs(spec, flat_inputs, device)
     bound = _bind_dims(spec, tensors)
     _check_shapes(spec, tensors, bound)
+    _check_guards(spec, tensors, bound)
     run_with = list(flat_inputs)
     for index, expected, value in tensors:
         compiled_stride = _compiled_stride(expected, value, bound)
@@ -488,6 +541,70 @@ def _check_shapes(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sy
                     )
 
 
+def _check_guards(spec: ProgramSpec, tensors: list[_TensorInput], bound: dict[sympy.Symbol, int]) -> None:
+    """Every guard export recorded on the input sizes, at the sizes given: what ``ExportedProgram.module()`` checks
+    before it runs. A size assumption (not 0 or 1) about a root whose range starts below 2 is not checked: that root
+    was widened to the user's ``min`` where export's other guards allow it
+    (:func:`pytest_aoti.core.dims.declared_ranges`)."""
+    __tracebackhide__ = True
+    if not spec.guards:
+        return
+    failed = _failed_guard(spec.guards, tuple(sorted(bound.items(), key=str)), frozenset(_below_two(spec)))
+    if failed is None:
+        return
+    symbols = failed.free_symbols
+    index, expected, value, axis = next(
+        (index, expected, value, axis)
+        for index, expected, value in tensors
+        for axis, dim in enumerate(expected.shape)
+        if symbols & getattr(dim, "free_symbols", set())
+    )
+    sizes = ", ".join(f"{_guard_name(spec, symbol)}={bound[symbol]}" for symbol in sorted(symbols, key=str))
+    why = (
+        f"dim {axis}: export's guard {_guard_text(spec, failed)} fails at {sizes}. Tracing the example fixed what "
+        "this size may be (a reshape or a slice to a constant size, a branch on a size), and the package computes "
+        "with the sizes it was traced for (ExportedProgram.module() refuses this input too)"
+    )
+    raise _shape_error(spec, index, expected, value, why)
+
+
+def _below_two(spec: ProgramSpec) -> set[sympy.Expr]:
+    return {expr for expr, (low, _) in spec.ranges.items() if low < 2}
+
+
+@functools.lru_cache(maxsize=256)
+def _failed_guard(
+    guards: tuple[SizeGuard, ...], bound: tuple[tuple[sympy.Symbol, int], ...], widened: frozenset[sympy.Expr]
+) -> sympy.Expr | None:
+    """The first guard false at ``bound`` (a guard with a symbol left unbound is not decided here); cached, since
+    a test calls a package with the same sizes again and again and sympy takes a while."""
+    values = dict(bound)
+    for guard in guards:
+        if guard.size_assumption and guard.expr.free_symbols & widened:
+            continue
+        if guard.expr.free_symbols <= values.keys() and guard.expr.subs(values) is sympy.false:
+            return guard.expr
+    return None
+
+
+def _guard_name(spec: ProgramSpec, symbol: sympy.Symbol) -> str:
+    """The user's ``Dim`` name of a symbol, else the first input dim it sizes (``x.shape[0]``)."""
+    if symbol in spec.dim_names:
+        return spec.dim_names[symbol]
+    for entry in spec.inputs:
+        if isinstance(entry, TensorSpec) and symbol in entry.shape:
+            return f"{entry.name}.shape[{entry.shape.index(symbol)}]"
+    return str(symbol)
+
+
+def _guard_text(spec: ProgramSpec, guard: sympy.Expr) -> str:
+    """A guard in the inputs' terms, as Python reads it: ``(x.shape[0]//100) == 1``."""
+    named = guard.subs({symbol: sympy.Symbol(_guard_name(spec, symbol)) for symbol in guard.free_symbols})
+    if isinstance(named, sympy.core.relational.Relational):
+        return f"{named.lhs} {named.rel_op} {named.rhs}"
+    return str(named)
+
+
 def _zero_one_hint(spec: ProgramSpec, expr: sympy.Expr, value: int, low: int) -> str:
     """Why a dynamic dim refuses 0 or 1 where export started it at 2: a dim the user did not name (``Dim.AUTO``,
     ``Dim.DYNAMIC``), since export specializes a size of 0 or 1 (a batch of one is the common victim); or a named
@@ -579,6 +696,24 @@ def check_outputs(
             )
         if not allow_nonfinite and (value.is_floating_point() or value.is_complex()):
             _check_finite("output", index, None, value)
+
+
+def dtypes_as_eager_returns(spec: ProgramSpec, eager_outputs: Sequence[Any]) -> tuple[ProgramSpec, list[str]]:
+    """``spec`` with each output dtype that eager's flat outputs disagree with replaced by eager's, and a note for
+    each. The exported program's output metadata can be wrong where an op's fake implementation is: torch 2.11 on
+    CUDA promises float32 for the ``inverse`` of ``torch.unique``, which eager and the package both return as
+    int64 (the op runs outside Inductor's code, through its proxy executor)."""
+    outputs = list(spec.outputs)
+    notes = []
+    for index, (expected, value) in enumerate(zip(spec.outputs, eager_outputs, strict=False)):
+        if expected is None or not isinstance(value, torch.Tensor) or value.dtype == expected.dtype:
+            continue
+        outputs[index] = dataclasses.replace(expected, dtype=value.dtype)
+        notes.append(
+            f"output {index}: the exported program says {expected.dtype}, eager returns {value.dtype}; the "
+            f"package's output is checked against eager's {value.dtype} (torch's output metadata is wrong here)"
+        )
+    return (dataclasses.replace(spec, outputs=tuple(outputs)) if notes else spec), notes
 
 
 def _check_finite(side: Literal["input", "output"], index: int, name: str | None, value: torch.Tensor) -> None:

@@ -156,3 +156,94 @@ def test_an_input_that_indexes_a_table_is_held_to_its_rows() -> None:
     # A package that verifies itself on the deployment machine carries the bound.
     with pytest.raises(AOTIInvariantError, match="index invariant violated"):
         check(spec_from_json(json.loads(json.dumps(spec_to_json(spec)))), _ids(3, 10), _ids(1, 2), _ids(1, 2))
+
+
+class _HundredRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(100, -1) * 2
+
+
+@pytest.mark.parametrize(
+    ("example", "accepted", "refused"),
+    [
+        # Traced at 100, the -1 is 1: export keeps x's dim dynamic in its ranges, with guards that hold it to 100.
+        (100, [100], [(300, r"\(x.shape\[0\]//100\) == 1 fails at x.shape\[0\]=300"), (150, r"Mod\(x.shape")]),
+        # Traced at 200, the -1 is not 1: any multiple of 100 but 100 itself.
+        (200, [300, 1000], [(100, r"\(x.shape\[0\]//100\) != 1 fails at x.shape\[0\]=100"), (150, r"Mod\(x")]),
+    ],
+)
+def test_an_input_exports_guards_refuse_is_refused_before_the_package(
+    example: int, accepted: list[int], refused: list[tuple[int, str]]
+) -> None:
+    """What ExportedProgram.module() refuses (its guards), the input check refuses: the range alone says [2, inf]."""
+    ep = torch.export.export(_HundredRows(), (torch.randn(example),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+    spec = program_spec(ep)
+    assert list(spec.ranges.values()) == [(2, None)]
+    for size in accepted:
+        check_inputs(spec, [torch.randn(size)], CPU)
+        ep.module()(torch.randn(size))
+    for size, message in refused:
+        with pytest.raises(AOTIInvariantError, match=r"dim 0: export's guard " + message) as caught:
+            check_inputs(spec, [torch.randn(size)], CPU)
+        assert caught.value.invariant == "input_shape"
+        assert str(caught.value).endswith(
+            "(ExportedProgram.module() refuses this input too) (the compiled package was not run)"
+        )
+        with pytest.raises(AssertionError, match="Guard failed"):
+            ep.module()(torch.randn(size))
+
+
+def test_a_widened_root_is_not_held_to_exports_size_assumptions() -> None:
+    """A root only derived dims use starts at the user's min (1) where export's guards allow it: export's guards
+    that it is not 0 or 1 (``Ne(half, 1)``) are what export assumes of every size, not what the model needs."""
+    import dataclasses
+
+    from pytest_aoti.core.dims import declared_ranges
+
+    class Halves(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            first, second = x.chunk(2)
+            return first * second
+
+    half = Dim("half", min=1, max=64)
+    args, shapes = (torch.randn(8),), ({0: 2 * half},)
+    ep = torch.export.export(Halves(), args, dynamic_shapes=shapes)
+    spec = program_spec(ep)
+    assert any(guard.size_assumption for guard in spec.guards)
+    spec = dataclasses.replace(spec, ranges=declared_ranges(ExportCall(Halves(), args, {}, shapes), spec, ep))
+    for size in (2, 4, 128):
+        check_inputs(spec, [torch.randn(size)], CPU)
+
+
+class _Unique(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        values, inverse = torch.unique(x, sorted=True, return_inverse=True)
+        return torch.relu(values), inverse
+
+
+def test_output_dtypes_follow_eager_where_the_exported_metadata_is_wrong() -> None:
+    """torch 2.11 on CUDA exports the unique model with float32 metadata for ``inverse``, which eager and the package
+    return as int64. Here the CPU export's metadata is made as wrong as that one, in place."""
+    from pytest_aoti.core.invariants import check_outputs, dtypes_as_eager_returns
+
+    x = torch.tensor([3.0, 1.0, 2.0, 3.0, 1.0])
+    ep = torch.export.export(_Unique(), (x,))
+    inverse = next(n for n in ep.graph.nodes if n.op == "output").args[0][1]
+    inverse.meta["val"] = inverse.meta["val"].to(torch.float32)
+    spec = program_spec(ep)
+    assert [o.dtype for o in spec.outputs if o is not None] == [torch.float32, torch.float32]
+    eager = list(_Unique()(x))
+    ran = list(ep.module()(x))  # what the package returns: the op's real kernel, int64
+    with pytest.raises(AOTIInvariantError, match=r"output 1: dtype invariant violated: expected torch.float32"):
+        check_outputs(spec, ran, CPU, {})
+
+    trusted, notes = dtypes_as_eager_returns(spec, eager)
+    assert notes == [
+        "output 1: the exported program says torch.float32, eager returns torch.int64; the package's output is "
+        "checked against eager's torch.int64 (torch's output metadata is wrong here)"
+    ]
+    check_outputs(trusted, ran, CPU, {})
+    # A package that returned what the metadata said is now held to what eager returns.
+    with pytest.raises(AOTIInvariantError, match=r"output 1: dtype invariant violated: expected torch.int64, got"):
+        check_outputs(trusted, [ran[0], ran[1].float()], CPU, {})
+    assert dtypes_as_eager_returns(trusted, eager) == (trusted, [])
