@@ -191,6 +191,14 @@ def compile_costs(directory: Path, device: str) -> dict[str, float]:
     return seconds
 
 
+def _plugin_args() -> list[str]:
+    """``-p pytest_aoti.plugin`` where pytest-aoti is not installed (a copied tree on PYTHONPATH)."""
+    from importlib.metadata import entry_points
+
+    installed = any(point.value == "pytest_aoti.plugin" for point in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_aoti.plugin"]
+
+
 def debug_verdict(directory: Path, device: str, fork_server: bool, test: str) -> tuple[float, float, float, str]:
     """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line)."""
     run_dir = Path(tempfile.mkdtemp(prefix="debug-", dir=directory))
@@ -202,6 +210,7 @@ def debug_verdict(directory: Path, device: str, fork_server: bool, test: str) ->
             sys.executable,
             "-m",
             "pytest",
+            *_plugin_args(),
             "--aoti-debug",
             "-p",
             "no:cacheprovider",
