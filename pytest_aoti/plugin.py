@@ -162,6 +162,14 @@ def pytest_report_header(config: pytest.Config) -> str:
     return header
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The first test that will compile: warm up beside the rest of collection (core.warm_up)."""
+    if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):
+        from pytest_aoti.core import warm_up
+
+        warm_up.start_in_background()
+
+
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     return aoti_settings.debug_isolation_notice(items)
 

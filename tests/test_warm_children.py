@@ -115,3 +115,41 @@ def test_what_a_fork_cannot_give_starts_fresh() -> None:
     assert client.forkable([sys.executable, "-u", "-m", "pytest"]) == ([], False)
     assert client.forkable(["compute-sanitizer", sys.executable, "-u", "-m", "pytest"]) is None
     assert client.forkable(["/other/python", "-u", "-m", "pytest"]) is None
+
+
+def test_a_child_skips_the_interpreter_teardown_once_it_has_reported(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No exit tax: a child's session ends the process at its last hook, with its status, after its reports are
+    written (atexit handlers, the final garbage collection and the compile workers' shutdown are skipped)."""
+    teardown_mark = pytester.path / "teardown-ran"
+    pytester.makeconftest(
+        f"import atexit, pathlib\natexit.register(pathlib.Path({str(teardown_mark)!r}).write_text, 'ran')\n"
+    )
+    pytester.makepyfile(test_child="def test_fails():\n    assert 1 == 2\n")
+    reports = pytester.path / "reports.jsonl"
+    env = {"PYTEST_AOTI_CHILD": "isolate", "PYTEST_AOTI_NODEID": "test_child.py::test_fails"}
+    env["PYTEST_AOTI_REPORT_FILE"] = str(reports)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert '"when": "call"' in reports.read_text() and '"outcome": "failed"' in reports.read_text()
+    assert not teardown_mark.exists()
+
+
+def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester) -> None:
+    """The first collected test that uses a pytest-aoti fixture starts the warm-up (core.warm_up): by the end of
+    collection Inductor is being imported in the background, and a suite without such tests imports no torch."""
+    pytester.makeconftest(
+        "import sys\n\n\ndef pytest_collection_finish(session):\n"
+        "    from pytest_aoti.core import warm_up\n"
+        "    print('warm-up started:', warm_up._thread is not None)\n"
+    )
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    result.stdout.fnmatch_lines(["*warm-up started: False*"])
+    pytester.makepyfile(test_aoti="def test_uses(aoti_device):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    result.stdout.fnmatch_lines(["*warm-up started: True*"])
+    result.assert_outcomes(passed=2)

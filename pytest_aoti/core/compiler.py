@@ -477,8 +477,9 @@ def _build_package(
     package_dir.mkdir(parents=True, exist_ok=True)
     package_path = package_dir / f"{stem}-{uuid.uuid4().hex[:8]}.pt2"
     phases.mark("compile", str(package_path))
-    from pytest_aoti.core import isa_verdicts
+    from pytest_aoti.core import isa_verdicts, warm_up
 
+    warm_up.wait()  # a warm-up started beside collection: its imports and probes are this compile's
     isa_verdicts.use_recorded()  # Inductor's ISA probes, answered from this machine's record where it has one
     started = time.perf_counter()
     try:

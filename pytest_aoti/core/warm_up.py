@@ -1,0 +1,42 @@
+"""A process's warm-up beside its collection: what its first compile would otherwise pay first.
+
+An xdist worker (and the crash-guard worker of plain ``--aoti-debug``, and a plain session) imports Inductor and runs
+Inductor's CPU ISA probes at its first compile: seconds on a CPU runner, a minute on the GPU machine when nothing is
+recorded yet (docs/benchmarks.md). Started when the first test that uses a pytest-aoti fixture is collected, that
+work overlaps the rest of collection and the scheduling instead. The compile waits for it (:func:`wait`) rather than
+probing beside it. Imports torch only in its thread.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_thread: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def _warm() -> None:
+    try:
+        from pytest_aoti.core import isa_verdicts, torch_private
+
+        torch_private.import_what_compiles_import()
+        isa_verdicts.use_recorded()
+        torch_private.run_vector_isa_probes()
+    except Exception:  # the compile itself will meet and report whatever went wrong here
+        pass
+
+
+def start_in_background() -> None:
+    """Start the warm-up once per process."""
+    global _thread
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_warm, name="pytest-aoti-warm-up", daemon=True)
+            _thread.start()
+
+
+def wait() -> None:
+    """Before a compile: let a warm-up under way finish (its probes are this compile's)."""
+    thread = _thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
