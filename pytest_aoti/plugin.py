@@ -15,6 +15,7 @@ import pytest
 
 from pytest_aoti import cache_plugin, fixtures
 from pytest_aoti import settings as aoti_settings
+from pytest_aoti.core import torch_versions
 from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
@@ -53,6 +54,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Before anything reaches into torch: an older torch would fail later, inside a test, with an AttributeError.
+    too_old = torch_versions.too_old_problem(torch_versions.installed_torch_version())
+    if too_old is not None:
+        raise pytest.UsageError(too_old)
     for signature_and_help in aoti_settings.MARKERS.values():
         config.addinivalue_line("markers", signature_and_help)
     settings = aoti_settings.resolve(config)
@@ -159,7 +164,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     if extra_stages and not settings.debug:
         # They add stages to debug reruns: without --aoti-debug only tests marked aoti_ima get one.
         header += f" ({' and '.join(extra_stages)} apply to tests marked aoti_ima only: add --aoti-debug for all)"
-    return header
+    untested = torch_versions.untested_note(torch_versions.installed_torch_version())
+    return header if untested is None else f"{header}, {untested}"
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -1,5 +1,6 @@
 """Every private torch API pytest-aoti uses, each behind one name here with its version guard. When a torch release
-moves or drops one, this is the file to change. Checked on torch 2.11 (the GPU machine) and 2.13 (CI).
+moves or drops one, this is the file to change. docs/torch-private-apis.md lists each with the torch releases
+.ci/run checks it on (``torch_versions.TESTED``) and what happens where it is missing.
 
 Imports that cost time (Inductor: ~1.5 s) happen inside the functions, when they are called, never at import: a warm
 cached run loads packages without importing Inductor at all.
@@ -12,6 +13,8 @@ from typing import Any
 import torch
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pytest_aoti.core.torch_versions import MissingTorchAPI
 
 try:  # torch >= 2.8
     from torch.export.pt2_archive._package import AOTICompiledModel
@@ -55,25 +58,51 @@ __all__ = [
 # -- AOTI packages ------------------------------------------------------------------------------------------------
 
 
+def _cpp_package_loader() -> Any:
+    """``torch._C._aoti.AOTIModelPackageLoader``; :class:`MissingTorchAPI` (a RuntimeError) where a release moved it,
+    so that the caller falls back to ``aoti_load_package``, which knows where its own release keeps it."""
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if loader is None:
+        raise MissingTorchAPI("torch._C._aoti.AOTIModelPackageLoader", torch.__version__)
+    return loader
+
+
 def package_loader(path: str, run_single_threaded: bool, num_runners: int, device_index: int) -> Any:
     """The C++ package loader ``aoti_load_package`` ends up in, without importing Inductor."""
-    return torch._C._aoti.AOTIModelPackageLoader(path, "model", run_single_threaded, num_runners, device_index)
+    return _cpp_package_loader()(path, "model", run_single_threaded, num_runners, device_index)
 
 
 def package_metadata(path: str) -> dict[str, str]:
     """The metadata AOTI recorded at compile time (platform, ISA, device, compute capability); raises on a package
-    the loader cannot read."""
-    loader = torch._C._aoti.AOTIModelPackageLoader
-    return dict(loader.load_metadata_from_package(path, "model"))  # type: ignore[attr-defined]
+    the loader cannot read, and :class:`MissingTorchAPI` where this torch has no such loader or method."""
+    read = getattr(_cpp_package_loader(), "load_metadata_from_package", None)
+    if read is None:
+        symbol = "torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package"
+        raise MissingTorchAPI(symbol, torch.__version__)
+    return dict(read(path, "model"))
 
 
 def inductor_load_package(path: str, *, run_single_threaded: bool, num_runners: int, device_index: int) -> Any:
-    """``aoti_load_package``'s own loader, for what :func:`package_loader` cannot load."""
-    from torch._inductor.package import load_package  # type: ignore[attr-defined]
+    """``aoti_load_package``'s own loader, for what :func:`package_loader` cannot load. An AttributeError inside it
+    is a torch internal it reaches for and this torch lacks: :class:`MissingTorchAPI` names it and the version."""
+    try:
+        from torch._inductor.package import load_package  # type: ignore[attr-defined]
+    except ImportError as error:
+        raise MissingTorchAPI("torch._inductor.package.load_package", torch.__version__) from error
+    try:
+        return load_package(
+            path, run_single_threaded=run_single_threaded, num_runners=num_runners, device_index=device_index
+        )
+    except AttributeError as error:
+        raise MissingTorchAPI(
+            _attribute_symbol(error), torch.__version__, "aoti_load_package reaches for it"
+        ) from error
 
-    return load_package(
-        path, run_single_threaded=run_single_threaded, num_runners=num_runners, device_index=device_index
-    )
+
+def _attribute_symbol(error: AttributeError) -> str:
+    """``torch._C._aoti.AOTIModelPackageLoader`` for ``module 'torch._C._aoti' has no attribute ...``."""
+    owner = getattr(error.obj, "__name__", None) or type(error.obj).__qualname__
+    return f"{owner}.{error.name}" if error.name else str(error)
 
 
 def import_what_compiles_import() -> None:
@@ -85,17 +114,25 @@ def import_what_compiles_import() -> None:
 
 def inductor_config_snapshot() -> dict[str, Any]:
     """Inductor's config as codegen sees it: its own portable snapshot, what its FX graph cache keys on (torch.export
-    has imported the config already)."""
+    has imported the config already). Where a release drops ``save_config_portable``: every key but the private
+    ones and those Inductor's cache leaves out (``_cache_config_ignore_prefix``), what that snapshot holds."""
     import torch._inductor.config as inductor_config
 
-    return dict(inductor_config.save_config_portable())
+    portable = getattr(inductor_config, "save_config_portable", None)
+    if portable is not None:
+        return dict(portable())
+    ignored = ("_", *getattr(inductor_config, "_cache_config_ignore_prefix", ()))
+    return {key: value for key, value in inductor_config_defaults().items() if not key.startswith(ignored)}
 
 
 def inductor_config_defaults() -> dict[str, Any]:
     """Every Inductor config key with its value (importing the config costs ~1.6 s when torch.export has not)."""
     import torch._inductor.config as inductor_config
 
-    return dict(inductor_config.get_config_copy())
+    copy = getattr(inductor_config, "get_config_copy", None)
+    if copy is None:
+        raise MissingTorchAPI("torch._inductor.config.get_config_copy", torch.__version__)
+    return dict(copy())
 
 
 def vector_isa_probe_passed() -> bool:
