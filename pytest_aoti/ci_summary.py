@@ -3,8 +3,10 @@ in every step), the session the user started appends the tests that did not pass
 golden-output results, the benchmark table and the cache line.
 
 Everything is read where pytest keeps it: the reports in ``terminalreporter.stats`` and their ``user_properties``
-(what the features put in JUnit: ``aoti_verdict``, ``aoti_snapshot``, ``aoti_latency_ms``, …), so no feature is
-imported and the xdist workers' results are there too."""
+(what the parts put in JUnit), so the xdist workers' results are there too. Which properties make a table's columns
+is what each part publishes (:class:`pytest_aoti.hookspecs.ReportProperty`): the features through the hook
+``pytest_aoti_report_properties``, the debug rerun below them in :mod:`pytest_aoti.debug.records`. No feature is
+imported, and no property name is written here."""
 
 from __future__ import annotations
 
@@ -18,16 +20,17 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core.protocol import CHILD_ENV
+from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
+from pytest_aoti.hookspecs import ReportProperties, ReportProperty, ReportSection, report_properties
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-# The benchmark columns, as the benchmark feature names its JUnit properties.
-BENCHMARK_COLUMNS = (
-    ("latency (ms)", "aoti_latency_ms"),
-    ("vs baseline", "aoti_vs_baseline"),
-    ("vs eager", "aoti_speedup_vs_eager"),
-    ("load (ms)", "aoti_load_ms"),
-    ("memory", "aoti_memory"),
-)
+# Each section's heading. The verdicts' table lists the tests that did not pass; the others, the tests that wrote
+# one of the section's columns.
+_HEADINGS = {
+    ReportSection.VERDICTS: "Failures",
+    ReportSection.GOLDENS: "Golden outputs",
+    ReportSection.BENCHMARKS: "Benchmarks",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,34 +94,36 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
     return [*lines, *body, ""]
 
 
-def markdown(stats: dict[str, list[Any]], exitstatus: int, cache_line: str | None) -> str:
+def _section(section: ReportSection, columns: Sequence[ReportProperty], tests: dict[str, _Test]) -> list[str]:
+    """One section's table, or nothing where no test belongs in it."""
+    if section is ReportSection.VERDICTS:
+        shown: dict[str, tuple[str, ...]] = {
+            nodeid: (test.outcome,) for nodeid, test in tests.items() if test.outcome in ("failed", "error")
+        }
+        header: tuple[str, ...] = ("test", "outcome")
+    else:
+        shown = {nodeid: () for nodeid, test in tests.items() if any(c.name in test.properties for c in columns)}
+        header = ("test",)
+    rows = [
+        (nodeid, *first, *(tests[nodeid].properties.get(c.name, "") for c in columns))
+        for nodeid, first in shown.items()
+    ]
+    if not rows:
+        return []
+    return [f"### {_HEADINGS[section]}", "", *_table((*header, *(str(c.column) for c in columns)), rows)]
+
+
+def markdown(stats: dict[str, list[Any]], exitstatus: int, cache_line: str | None, properties: ReportProperties) -> str:
     tests = _tests(stats)
     counts: dict[str, int] = {}
     for test in tests.values():
         counts[test.outcome] = counts.get(test.outcome, 0) + 1
     tally = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no tests ran"
     lines = ["## pytest-aoti", "", f"**{tally}** (exit status {exitstatus})", ""]
-    failures = [
-        (nodeid, test.outcome, test.properties.get("aoti_verdict", ""))
-        for nodeid, test in tests.items()
-        if test.outcome in ("failed", "error")
-    ]
-    if failures:
-        lines += ["### Failures", "", *_table(("test", "outcome", "debug verdict"), failures)]
-    goldens = [
-        (nodeid, test.properties["aoti_snapshot"])
-        for nodeid, test in tests.items()
-        if "aoti_snapshot" in test.properties
-    ]
-    if goldens:
-        lines += ["### Golden outputs", "", *_table(("test", "goldens"), goldens)]
-    benchmarks = [
-        (nodeid, *(test.properties.get(name, "") for _, name in BENCHMARK_COLUMNS))
-        for nodeid, test in tests.items()
-        if "aoti_latency_ms" in test.properties
-    ]
-    if benchmarks:
-        lines += ["### Benchmarks", "", *_table(("test", *(title for title, _ in BENCHMARK_COLUMNS)), benchmarks)]
+    for section in ReportSection:
+        columns = properties.columns(section)
+        if columns or section is ReportSection.VERDICTS:
+            lines += _section(section, columns, tests)
     if cache_line:
         lines += [cell_text(cache_line), ""]
     return "\n".join(lines) + "\n"
@@ -134,7 +139,8 @@ class StepSummary:
         from pytest_aoti.fixtures import cache_stats
 
         stats = cache_stats(config)
-        text = markdown(terminalreporter.stats, int(exitstatus), cache_summary(stats) if stats else None)
+        properties = report_properties(config, DEBUG_PROPERTIES)
+        text = markdown(terminalreporter.stats, int(exitstatus), cache_summary(stats) if stats else None, properties)
         try:
             with open(self.target, "a", encoding="utf-8") as summary:
                 summary.write(text)

@@ -10,8 +10,10 @@ The records handed out are frozen; their fields are documented here and are the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,85 @@ class MatchedOutputs:
     compiled: CompiledModel
     label: str
     outputs: Any
+
+
+class ReportSection(enum.Enum):
+    """Where a summary of the session (the CI summary, the ``--aoti-html`` page) shows a property; the value is the
+    page's heading."""
+
+    VERDICTS = "Verdicts"
+    GOLDENS = "Goldens"
+    BENCHMARKS = "Benchmarks"
+
+
+class PropertyRole(enum.Enum):
+    """What a property's value is, so that a summary knows how to show it."""
+
+    VALUE = "value"  # a short value: a table cell
+    HEADLINE = "headline"  # the one line that says what was found (the debug verdict): shown first
+    REPRODUCE = "reproduce"  # a command that reproduces the finding: shown as code
+    RECORD = "record"  # machine-readable JSON that the part shows itself: never shown as text
+
+
+@dataclass(frozen=True)
+class ReportProperty:
+    """One JUnit property (a name in a test report's ``user_properties``) that a part writes, and how a summary of
+    the session shows it. ``column``: its column's title in the CI summary's table of its section (None: not a
+    column). ``per_call``: a test's further calls write it again as ``<name> (<call>)`` (named benchmarks)."""
+
+    name: str
+    section: ReportSection
+    role: PropertyRole = PropertyRole.VALUE
+    column: str | None = None
+    per_call: bool = False
+
+    def is_named(self, name: str) -> bool:
+        """Whether ``name``, as a report carries it, is this property."""
+        return name == self.name or (self.per_call and name.startswith(f"{self.name} ("))
+
+
+@dataclass(frozen=True)
+class ReportProperties:
+    """The properties the parts publish (:func:`pytest_aoti_report_properties`), for the summaries that show them."""
+
+    properties: tuple[ReportProperty, ...]
+
+    @classmethod
+    def of(cls, *groups: Iterable[ReportProperty]) -> ReportProperties:
+        return cls(tuple(chain.from_iterable(groups)))
+
+    def find(self, name: str) -> ReportProperty | None:
+        return next((known for known in self.properties if known.is_named(name)), None)
+
+    def section_of(self, name: str) -> ReportSection:
+        """A property's section; one that no part publishes (the core's, a conftest's) is shown with the verdicts."""
+        known = self.find(name)
+        return known.section if known is not None else ReportSection.VERDICTS
+
+    def role_of(self, name: str) -> PropertyRole:
+        known = self.find(name)
+        return known.role if known is not None else PropertyRole.VALUE
+
+    def columns(self, section: ReportSection) -> tuple[ReportProperty, ...]:
+        """The section's columns in the CI summary, in the order their part publishes them."""
+        return tuple(known for known in self.properties if known.section is section and known.column is not None)
+
+
+def report_properties(config: pytest.Config, *below: Iterable[ReportProperty]) -> ReportProperties:
+    """The properties the features publish through the hook, after ``below``: those of the layers below the
+    features (the debug rerun's), which a feature imports."""
+    published = config.hook.pytest_aoti_report_properties(config=config)
+    for group in published:
+        if not isinstance(group, list | tuple) or not all(isinstance(known, ReportProperty) for known in group):
+            expected = "expected a list of pytest_aoti.hookspecs.ReportProperty"
+            raise pytest.UsageError(f"pytest_aoti_report_properties returned {group!r}: {expected}")
+    return ReportProperties.of(*below, *published)
+
+
+@pytest.hookspec
+def pytest_aoti_report_properties(config: pytest.Config) -> list[ReportProperty] | None:
+    """The JUnit properties a part writes on test reports, as :class:`ReportProperty` records: the features' names
+    for the summaries of other features (the CI summary, the ``--aoti-html`` page), which may not import them."""
 
 
 @pytest.hookspec

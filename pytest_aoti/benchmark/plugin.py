@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from pytest_aoti.benchmark import records
 from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 
 if TYPE_CHECKING:
@@ -32,10 +33,9 @@ if TYPE_CHECKING:
     from pytest_aoti.benchmark.rule import Judgment
     from pytest_aoti.benchmark.timing import Figures
     from pytest_aoti.core.compiler import CompiledModel
-    from pytest_aoti.hookspecs import BuildRequest
+    from pytest_aoti.hookspecs import BuildRequest, ReportProperty
 
 BENCHMARK_DIR = "__aoti_benchmarks__"
-RECORD_PROPERTY = "aoti_benchmark"
 SKIP_REASON = "aoti_benchmark: benchmarks run only with --aoti-benchmark"
 DEFAULT_KEPT_RUNS = 5
 MAX_KEPT_RUNS = 100
@@ -176,6 +176,10 @@ def resolve(config: pytest.Config) -> BenchmarkSettings:
         cpu_threads=_cpu_threads(config),
         run_id=str(workerinput["testrunuid"]) if workerinput else uuid.uuid4().hex,
     )
+
+
+def pytest_aoti_report_properties(config: pytest.Config) -> list[ReportProperty]:
+    return list(records.PROPERTIES)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -518,13 +522,13 @@ def _record(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgm
     of = "" if benchmark == _test_id(item) else f" ({benchmark})"
     item.user_properties.extend(
         [
-            (f"aoti_latency_ms{of}", f"{figures.median * 1e3:.4g}"),
-            (f"aoti_latency_iqr_ms{of}", f"{figures.iqr * 1e3:.4g}"),
-            (f"aoti_vs_baseline{of}", f"{normalized:.3f}" if normalized is not None else judgment.verdict.value),
-            (f"aoti_speedup_vs_eager{of}", f"{figures.speedup:.3f}"),
-            (f"aoti_load_ms{of}", f"{figures.load_seconds * 1e3:.4g}"),
-            (f"aoti_memory{of}", _memory_cell(record)),
-            (RECORD_PROPERTY, json.dumps(record)),  # carries its benchmark's name
+            (records.LATENCY_PROPERTY + of, f"{figures.median * 1e3:.4g}"),
+            (records.LATENCY_IQR_PROPERTY + of, f"{figures.iqr * 1e3:.4g}"),
+            (records.RATIO_PROPERTY + of, f"{normalized:.3f}" if normalized is not None else judgment.verdict.value),
+            (records.SPEEDUP_PROPERTY + of, f"{figures.speedup:.3f}"),
+            (records.LOAD_PROPERTY + of, f"{figures.load_seconds * 1e3:.4g}"),
+            (records.MEMORY_PROPERTY + of, _memory_cell(record)),
+            (records.RECORD_PROPERTY, json.dumps(record)),  # carries its benchmark's name
         ]
     )
     return record
@@ -551,7 +555,7 @@ class BenchmarkTracker:
         if report.when != "call":
             return
         for name, value in report.user_properties:
-            if name == RECORD_PROPERTY:
+            if name == records.RECORD_PROPERTY:
                 self.records.append({**json.loads(str(value)), "outcome": report.outcome})
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

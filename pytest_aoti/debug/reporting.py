@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_aoti.core.protocol import Finding, KernelFinding, MinifyResult, Outcome, Stage, VerdictSummary
-from pytest_aoti.debug import kernel_log, provenance
+from pytest_aoti.debug import kernel_log, provenance, records
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.crash_route import AttachDebug, Crash, crash_reports, record_of
 from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
@@ -435,32 +435,34 @@ def user_properties(verdict: Verdict) -> list[tuple[str, str]]:
 def _properties(verdict: Verdict, head: str, source: str | None) -> list[tuple[str, object]]:
     first = verdict.first
     properties: list[tuple[str, object]] = [
-        ("aoti_rerun_outcome", first.describe() if first is not None else "not rerun"),
-        ("aoti_verdict", head),
+        (records.RERUN_OUTCOME_PROPERTY, first.describe() if first is not None else "not rerun"),
+        (records.VERDICT_PROPERTY, head),
     ]
     if verdict.suspect_kernel:
-        properties.append(("aoti_suspect_kernel", verdict.suspect_kernel))
+        properties.append((records.SUSPECT_KERNEL_PROPERTY, verdict.suspect_kernel))
     if verdict.first_nonfinite is not None:
-        properties.append(("aoti_first_nonfinite_kernel", verdict.first_nonfinite.kernel or "model input"))
-        properties.append(("aoti_first_nonfinite_buffer", verdict.first_nonfinite.arg))
+        properties.append((records.FIRST_NONFINITE_KERNEL_PROPERTY, verdict.first_nonfinite.kernel or "model input"))
+        properties.append((records.FIRST_NONFINITE_BUFFER_PROPERTY, verdict.first_nonfinite.arg))
     if first is not None and first.signal_name:
-        properties.append(("aoti_signal", first.signal_name))
+        properties.append((records.SIGNAL_PROPERTY, first.signal_name))
     if first is not None:
-        properties.append(("aoti_reproduce", first.reproduce))
+        properties.append((records.REPRODUCE_PROPERTY, first.reproduce))
     if verdict.bundle is not None:
-        properties.append(("aoti_bundle", str(verdict.bundle)))
+        properties.append((records.BUNDLE_PROPERTY, str(verdict.bundle)))
     if verdict.sanitizer is not None:
-        properties.append(("aoti_sanitizer", verdict.sanitizer.describe()))
+        properties.append((records.SANITIZER_PROPERTY, verdict.sanitizer.describe()))
     if verdict.minified is not None and verdict.minified.nodes_after is not None:
         result = verdict.minified
-        properties.append(("aoti_minified", f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}"))
+        properties.append(
+            (records.MINIFIED_PROPERTY, f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}")
+        )
     if verdict.numerics is not None:
         found = verdict.numerics.diverged
-        properties.append(("aoti_first_divergent_kernel", found.kernel if found else "none"))
+        properties.append((records.FIRST_DIVERGENT_KERNEL_PROPERTY, found.kernel if found else "none"))
     if verdict.reproduction is not None:
-        properties.append(("aoti_reproduced", verdict.reproduction))
+        properties.append((records.REPRODUCED_PROPERTY, verdict.reproduction))
     if source is not None:
-        properties.append(("aoti_source", source))
+        properties.append((records.SOURCE_PROPERTY, source))
     return properties
 
 

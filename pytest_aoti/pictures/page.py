@@ -1,7 +1,8 @@
 """The session's aoti findings as one self-contained HTML page (``--aoti-html``): no script, no network, images as
 data URIs. Also the HTML of one test's findings that pytest-html shows in the test's row.
 
-Pure rendering over :class:`Findings`: the analysis (what each test found) is done before.
+Pure rendering over :class:`Findings`: the analysis (what each test found) is done before. Which section a
+property goes in, and how it is shown, is what its part publishes (:class:`pytest_aoti.hookspecs.ReportProperties`).
 """
 
 from __future__ import annotations
@@ -11,19 +12,9 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_aoti.core.figure_data import BenchmarkTimes, FigureData, GoldenErrors
+from pytest_aoti.core.figure_data import FIGURE_PROPERTY, BenchmarkTimes, FigureData, GoldenErrors
+from pytest_aoti.hookspecs import PropertyRole, ReportProperties, ReportSection
 from pytest_aoti.pictures.render import Picture
-
-VERDICTS, GOLDENS, BENCHMARKS = "Verdicts", "Goldens", "Benchmarks"
-# The properties a feature writes, by the section of the page they belong in (the rest are the verdict's).
-_SECTION_PREFIXES = {
-    GOLDENS: ("aoti_snapshot",),
-    BENCHMARKS: ("aoti_latency", "aoti_vs_baseline", "aoti_speedup", "aoti_load", "aoti_memory"),
-}
-# Machine-readable records already shown as pictures and tables.
-HIDDEN_PROPERTIES = ("aoti_figure_data", "aoti_benchmark")
-# Shown above the table, not in it.
-VERDICT_PROPERTY, REPRODUCE_PROPERTY = "aoti_verdict", "aoti_reproduce"
 
 
 @dataclass
@@ -35,26 +26,32 @@ class Findings:
     outcome: str = "passed"
     failure: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
-    pictures: list[tuple[str, Picture]] = field(default_factory=list)
+    pictures: list[tuple[ReportSection, Picture]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # figure data that could not be read
 
-    def in_section(self, section: str) -> tuple[dict[str, str], list[Picture]]:
-        properties = {name: value for name, value in self.properties.items() if section_of(name) == section}
-        return properties, [picture for where, picture in self.pictures if where == section]
+    def in_section(self, section: ReportSection, known: ReportProperties) -> tuple[dict[str, str], list[Picture]]:
+        properties = {name: value for name, value in self.properties.items() if known.section_of(name) is section}
+        return properties, [picture for where, picture in self.pictures if where is section]
 
 
-def section_of(name_or_record: str | FigureData) -> str:
-    """The page section a property name or a record belongs in."""
-    if isinstance(name_or_record, GoldenErrors):
-        return GOLDENS
-    if isinstance(name_or_record, BenchmarkTimes):
-        return BENCHMARKS
-    if not isinstance(name_or_record, str):
-        return VERDICTS
-    for section, prefixes in _SECTION_PREFIXES.items():
-        if name_or_record.startswith(prefixes):
-            return section
-    return VERDICTS
+def shown_as_text(name: str, known: ReportProperties) -> bool:
+    """Whether the page shows a property's value: the machine-readable records are shown as pictures and tables."""
+    return name != FIGURE_PROPERTY and known.role_of(name) is not PropertyRole.RECORD
+
+
+def record_section(record: FigureData) -> ReportSection:
+    """The page section a figure-data record belongs in."""
+    if isinstance(record, GoldenErrors):
+        return ReportSection.GOLDENS
+    if isinstance(record, BenchmarkTimes):
+        return ReportSection.BENCHMARKS
+    return ReportSection.VERDICTS
+
+
+def _take(properties: dict[str, str], role: PropertyRole, known: ReportProperties) -> str | None:
+    """The first property of ``role``, taken out of ``properties``."""
+    name = next((name for name in properties if known.role_of(name) is role), None)
+    return properties.pop(name) if name is not None else None
 
 
 _STYLE = """
@@ -104,16 +101,18 @@ def picture_html(picture: Picture, *, with_image: bool = True) -> str:
     return "".join(parts)
 
 
-def findings_html(test: Findings, section: str | None = None, *, with_images: bool = True) -> str:
+def findings_html(
+    test: Findings, known: ReportProperties, section: ReportSection | None = None, *, with_images: bool = True
+) -> str:
     """One test's findings (in one section of the page, or all of them): the verdict with its reproduce line, the
     other properties as a table, the pictures."""
     if section is None:
         properties, pictures = dict(test.properties), [picture for _, picture in test.pictures]
     else:
-        properties, pictures = test.in_section(section)
+        properties, pictures = test.in_section(section, known)
     parts = []
-    verdict = properties.pop(VERDICT_PROPERTY, None)
-    reproduce = properties.pop(REPRODUCE_PROPERTY, None)
+    verdict = _take(properties, PropertyRole.HEADLINE, known)
+    reproduce = _take(properties, PropertyRole.REPRODUCE, known)
     if verdict:
         parts.append(f"<p><b>verdict:</b> {_e(verdict)}</p>")
     if reproduce:
@@ -121,33 +120,38 @@ def findings_html(test: Findings, section: str | None = None, *, with_images: bo
     if properties:
         parts.append(_table([(name, value) for name, value in properties.items()], header=False))
     parts += [picture_html(picture, with_image=with_images) for picture in pictures]
-    parts += [f'<p class="note">{_e(note)}</p>' for note in test.notes if section in (None, VERDICTS)]
+    parts += [f'<p class="note">{_e(note)}</p>' for note in test.notes if section in (None, ReportSection.VERDICTS)]
     return f'<div style="overflow-wrap: anywhere">{"".join(parts)}</div>'
 
 
-def _card(test: Findings, section: str) -> str:
-    failure = f"<pre>{_e(test.failure)}</pre>" if test.failure and section == VERDICTS else ""
+def _card(test: Findings, section: ReportSection, known: ReportProperties) -> str:
+    failure = f"<pre>{_e(test.failure)}</pre>" if test.failure and section is ReportSection.VERDICTS else ""
     return (
         f'<div class="test"><span class="outcome {_e(test.outcome)}">{_e(test.outcome)}</span>'
-        f'<span class="nodeid">{_e(test.nodeid)}</span>{failure}{findings_html(test, section)}</div>'
+        f'<span class="nodeid">{_e(test.nodeid)}</span>{failure}{findings_html(test, known, section)}</div>'
     )
 
 
-def _has(test: Findings, section: str) -> bool:
-    properties, pictures = test.in_section(section)
-    if section == VERDICTS:
+def _has(test: Findings, section: ReportSection, known: ReportProperties) -> bool:
+    properties, pictures = test.in_section(section, known)
+    if section is ReportSection.VERDICTS:
         return bool(properties or pictures or test.notes or test.outcome in ("failed", "error"))
     return bool(properties or pictures)
 
 
-def page_html(tests: Iterable[Findings], cache_summary: str | None, title: str = "pytest-aoti findings") -> str:
+def page_html(
+    tests: Iterable[Findings],
+    known: ReportProperties,
+    cache_summary: str | None,
+    title: str = "pytest-aoti findings",
+) -> str:
     """The whole page."""
     tests = list(tests)
     sections = []
-    for section in (VERDICTS, GOLDENS, BENCHMARKS):
-        cards = [_card(test, section) for test in tests if _has(test, section)]
+    for section in ReportSection:
+        cards = [_card(test, section, known) for test in tests if _has(test, section, known)]
         body = "".join(cards) or "<p>none in this session</p>"
-        sections.append(f'<h2 id="{section.lower()}">{section}</h2>{body}')
+        sections.append(f'<h2 id="{section.value.lower()}">{section.value}</h2>{body}')
     counts: dict[str, int] = {}
     for test in tests:
         counts[test.outcome] = counts.get(test.outcome, 0) + 1

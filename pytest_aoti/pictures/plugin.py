@@ -18,14 +18,9 @@ import pytest
 
 from pytest_aoti.core.figure_data import FigureDataError, decode, figure_properties
 from pytest_aoti.core.protocol import CHILD_ENV
-from pytest_aoti.pictures.page import (
-    HIDDEN_PROPERTIES,
-    VERDICT_PROPERTY,
-    Findings,
-    findings_html,
-    page_html,
-    section_of,
-)
+from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
+from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_properties
+from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
 from pytest_aoti.pictures.render import Picture, draw
 
 HTML_DESC = (
@@ -69,7 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     target = html_target(config)
     with_pytest_html = bool(config.getoption("htmlpath", None)) and config.pluginmanager.hasplugin("html")
     if target is not None or with_pytest_html:
-        config.pluginmanager.register(FindingsCollector(config, target, with_pytest_html), "aoti-pictures")
+        collector = FindingsCollector(config, target, with_pytest_html, report_properties(config, DEBUG_PROPERTIES))
+        config.pluginmanager.register(collector, "aoti-pictures")
 
 
 def _failure_line(report: pytest.TestReport) -> str | None:
@@ -95,6 +91,7 @@ class FindingsCollector:
     config: pytest.Config
     target: Path | None
     with_pytest_html: bool
+    known: ReportProperties  # the properties the parts publish: their sections and roles
     tests: dict[str, Findings] = field(default_factory=dict)
     seen: dict[str, set[str]] = field(default_factory=dict)  # per test: figure data and verdicts already taken
     written: str | None = None  # the terminal line about the page
@@ -107,14 +104,20 @@ class FindingsCollector:
             test.failure = _failure_line(report)
         new = Findings(report.nodeid)
         for name, value in report.user_properties:
-            if name.startswith("aoti_") and name not in HIDDEN_PROPERTIES and test.properties.get(name) != str(value):
+            shown = name.startswith("aoti_") and shown_as_text(name, self.known)
+            if shown and test.properties.get(name) != str(value):
                 test.properties[name] = new.properties[name] = str(value)
         for text in figure_properties(report.user_properties):
             if text not in seen:
                 seen.add(text)
                 self._draw(text, test, new)
-        if self.with_pytest_html and (new.pictures or new.properties.get(VERDICT_PROPERTY) or new.notes):
-            _add_extras(report, new)
+        if self.with_pytest_html and (new.pictures or self._has_headline(new) or new.notes):
+            _add_extras(report, new, self.known)
+
+    def _has_headline(self, new: Findings) -> bool:
+        return any(
+            value and self.known.role_of(name) is PropertyRole.HEADLINE for name, value in new.properties.items()
+        )
 
     @staticmethod
     def _draw(text: str, *tests: Findings) -> None:
@@ -127,7 +130,7 @@ class FindingsCollector:
         for record in records:
             picture = draw(record)
             for test in tests:
-                test.pictures.append((section_of(record), picture))
+                test.pictures.append((record_section(record), picture))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -136,7 +139,7 @@ class FindingsCollector:
         from pytest_aoti.core.report_files import write_report
 
         shown = [test for test in self.tests.values() if test.properties or test.pictures or test.notes]
-        problem = write_report(self.target, page_html(shown, _cache_line(self.config)))
+        problem = write_report(self.target, page_html(shown, self.known, _cache_line(self.config)))
         if problem is not None:  # checked at start; the disk may have changed since
             self.written = f"aoti html: {problem}"
             _lost_report(session)
@@ -156,12 +159,12 @@ def _lost_report(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
-def _add_extras(report: pytest.TestReport, new: Findings) -> None:
+def _add_extras(report: pytest.TestReport, new: Findings, known: ReportProperties) -> None:
     """pytest-html's extras for what this report brought: the verdict and the numbers as HTML, each picture as an
     image (pytest-html embeds or links it as its own ``--self-contained-html`` says)."""
     from pytest_html import extras
 
-    added: list[dict[str, Any]] = [extras.html(findings_html(new, with_images=False))]
+    added: list[dict[str, Any]] = [extras.html(findings_html(new, known, with_images=False))]
     added += [extras.png(_base64(picture), name=picture.title) for _, picture in new.pictures if picture.png]
     report.extras = [*getattr(report, "extras", []), *added]  # type: ignore[attr-defined]
 

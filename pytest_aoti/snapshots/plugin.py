@@ -16,10 +16,11 @@ import pytest
 from pytest_aoti.core.figure_data import attach_figure_data
 from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
+from pytest_aoti.snapshots.records import PROPERTIES, SNAPSHOT_FILE_PROPERTY, SNAPSHOT_PROPERTY
 
 if TYPE_CHECKING:
     from pytest_aoti.core.compiler import CompiledModel
-    from pytest_aoti.hookspecs import BuildRequest, MatchedOutputs
+    from pytest_aoti.hookspecs import BuildRequest, MatchedOutputs, ReportProperty
     from pytest_aoti.snapshots.golden import GoldenOutputs
 
 SNAPSHOT_DESC = (
@@ -34,8 +35,6 @@ SNAPSHOT_UPDATE_DESC = (
 BUILD_OPTIONS = ("snapshot", "snapshot_rtol", "snapshot_atol")
 
 goldens_key = pytest.StashKey["GoldenOutputs"]()
-SNAPSHOT_PROPERTY = "aoti_snapshot"
-SNAPSHOT_FILE_PROPERTY = "aoti_snapshot_file"
 
 
 @dataclass(frozen=True)
@@ -152,6 +151,10 @@ def _snapshot_options(request: BuildRequest) -> tuple[bool, float | None, float 
 
 def pytest_aoti_build_options(config: pytest.Config) -> list[str]:
     return list(BUILD_OPTIONS)
+
+
+def pytest_aoti_report_properties(config: pytest.Config) -> list[ReportProperty]:
+    return list(PROPERTIES)
 
 
 @pytest.hookimpl(wrapper=True)

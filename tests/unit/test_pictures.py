@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_aoti.benchmark.records import PROPERTIES as BENCHMARK_PROPERTIES
 from pytest_aoti.core import output_diff
 from pytest_aoti.core.figure_builders import golden_errors, kernel_errors, kernel_timeline
 from pytest_aoti.core.figure_data import (
@@ -29,9 +30,12 @@ from pytest_aoti.core.figure_data import (
     figure_properties,
 )
 from pytest_aoti.debug.figures import verdict_figures
+from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.debug.stages import Verdict
+from pytest_aoti.hookspecs import ReportProperties, ReportSection
 from pytest_aoti.pictures import render
-from pytest_aoti.pictures.page import BENCHMARKS, GOLDENS, VERDICTS, Findings, page_html, section_of
+from pytest_aoti.pictures.page import Findings, page_html, record_section, shown_as_text
+from pytest_aoti.snapshots.records import PROPERTIES as SNAPSHOT_PROPERTIES
 from tests.unit.test_stage_pipeline import FakeLauncher, _pipeline, _run, _stage_log
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -57,6 +61,9 @@ NONFINITE = KernelTimeline(
 CRASH = KernelTimeline(
     "crash", ("cpp_fused_sin_0", "aoti_tests::maybe_crash"), 1, "aoti_tests::maybe_crash", "cpp_fused_sin_0", (), ""
 )
+# What the parts publish through pytest_aoti_report_properties (the debug rerun's, imported below the features).
+KNOWN = ReportProperties.of(DEBUG_PROPERTIES, SNAPSHOT_PROPERTIES, BENCHMARK_PROPERTIES)
+VERDICTS, GOLDENS, BENCHMARKS = ReportSection.VERDICTS, ReportSection.GOLDENS, ReportSection.BENCHMARKS
 GOLDEN = GoldenErrors("check0.example", 32, 3, 0, 20, (1e-6, 1e-5, 1e-4), (9, 3), 9e-5, 1.3e-6, 1e-5, 8.9e-5)
 BENCHMARK = BenchmarkTimes(
     "test_speed", (1.2e-3, 1.3e-3, 1.25e-3), ((1e-3, 1.1e-3), (1.05e-3, 1e-3)), ("run 1", "run 2"), "1.2x slower"
@@ -198,8 +205,8 @@ def test_a_picture_that_cannot_be_drawn_is_noted_not_raised(monkeypatch: pytest.
 def test_the_page_is_self_contained_and_escapes_what_tests_wrote() -> None:
     findings = Findings("test_x.py::test_<a>", "failed", "AssertionError: <b>")
     findings.properties = {"aoti_verdict": "kernel <k>", "aoti_reproduce": "python -m pytest x", "aoti_snapshot": "ok"}
-    findings.pictures = [(section_of(record), render.draw(record)) for record in RECORDS]
-    page = page_html([findings], "aoti cache: 1 hits, 2 misses")
+    findings.pictures = [(record_section(record), render.draw(record)) for record in RECORDS]
+    page = page_html([findings], KNOWN, "aoti cache: 1 hits, 2 misses")
     assert "<b>" not in page.replace("<b>verdict:</b>", "").replace("<figcaption><b>", "")
     assert "test_&lt;a&gt;" in page and "kernel &lt;k&gt;" in page
     assert page.count('src="data:image/png;base64,') == len(RECORDS)
@@ -208,9 +215,12 @@ def test_the_page_is_self_contained_and_escapes_what_tests_wrote() -> None:
 
 
 def test_records_and_properties_go_to_their_sections() -> None:
-    assert [section_of(record) for record in RECORDS] == [VERDICTS, VERDICTS, VERDICTS, GOLDENS, BENCHMARKS]
-    assert section_of("aoti_snapshot_file") == GOLDENS and section_of("aoti_latency_ms") == BENCHMARKS
-    assert section_of("aoti_suspect_kernel") == VERDICTS
+    assert [record_section(record) for record in RECORDS] == [VERDICTS, VERDICTS, VERDICTS, GOLDENS, BENCHMARKS]
+    assert KNOWN.section_of("aoti_snapshot_file") is GOLDENS and KNOWN.section_of("aoti_latency_ms") is BENCHMARKS
+    assert KNOWN.section_of("aoti_latency_ms (second)") is BENCHMARKS  # a named benchmark call's
+    assert KNOWN.section_of("aoti_suspect_kernel") is VERDICTS and KNOWN.section_of("aoti_packages") is VERDICTS
+    assert not shown_as_text("aoti_benchmark", KNOWN) and not shown_as_text(FIGURE_PROPERTY, KNOWN)
+    assert shown_as_text("aoti_latency_ms", KNOWN)
 
 
 def _gpu_verdict(tmp_path: Path, evidence: str, outcome: str, signal: str | None, *, nonfinite: bool) -> Verdict:
