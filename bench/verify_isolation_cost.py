@@ -1,11 +1,13 @@
-"""What loading each package in a fresh interpreter costs ``python -m pytest_aoti.verify``, measured in one run.
+"""What verifying packages outside the process that asks costs ``python -m pytest_aoti.verify`` and ``pytest
+--aoti-verify``, measured in one run.
 
 Verifying a package in the process that loads it let a package with a garbage library take the verifier down (and
-every package after it); ``verify_in_child`` loads each one in a fresh interpreter instead. This builds one bundled
-package (a small MLP) and times, interleaved, ``--rounds`` of: ``verify_package`` in this process (warm: torch and
-the loader already imported), ``verify_in_child`` (what ``pytest --aoti-verify`` does per package), and the whole CLI
-as a deployment script runs it, on the package and on a directory of 4 copies (one child verifies them all unless
-one crashes it). It prints the medians and the ratios.
+every package after it); packages are verified in an interpreter of their own instead, one for as many packages as
+it gets through (``server.VerifyServer``). This builds one bundled package (a small MLP) and times, interleaved,
+``--rounds`` of: ``verify_package`` in this process (warm: torch and the loader already imported), ``verify_with``
+a warm verifying interpreter (what ``pytest --aoti-verify`` does per package after its first), ``verify_in_child``
+(a fresh interpreter for one package), and the whole CLI as a deployment script runs it, on the package and on a
+directory of 4 copies. It prints the medians, the ratios and how many interpreters the warm side started (1).
 
     python bench/verify_isolation_cost.py [--rounds 5] [--device cpu|cuda]
 """
@@ -28,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_aoti.core.compiler import compile_model
 from pytest_aoti.verify import bundle_io, verify_in_child, verify_package
+from pytest_aoti.verify.bundled import verify_with
+from pytest_aoti.verify.server import VerifyServer
 from tests.aoti_models import MLP
 
 
@@ -42,7 +46,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="verify-isolation-") as work:
+    with tempfile.TemporaryDirectory(prefix="verify-isolation-") as work, VerifyServer() as server:
         device = torch.device(options.device)
         args = (torch.randn(4, 8, device=device),)
         compiled = compile_model(MLP().eval().to(device), args, package_dir=Path(work) / "build")
@@ -56,6 +60,7 @@ def main() -> None:
         cli = [sys.executable, "-m", "pytest_aoti.verify"]
         sides: dict[str, Callable[[], object]] = {
             "in process": lambda: verify_package(package),
+            "warm child": lambda: verify_with(server, package),
             "in a child": lambda: verify_in_child(package),
             "CLI": lambda: subprocess.run([*cli, str(package)], check=True, capture_output=True),
             "CLI x4": lambda: subprocess.run([*cli, str(copies)], check=True, capture_output=True),
@@ -72,6 +77,8 @@ def main() -> None:
         print(f"{name:>10}: median {median:.3f} s per package (range {spread} s, {options.rounds} rounds)")
     print(f"in a child / in process: {medians['in a child'] / medians['in process']:.1f}x")
     print(f"in a child: +{medians['in a child'] - medians['in process']:.3f} s per package")
+    print(f"warm child: +{medians['warm child'] - medians['in process']:.3f} s per package")
+    print(f"warm child: {server.started} interpreter(s) started for {options.rounds + 1} packages")
     print(f"CLI, 4 packages / 1 package: {medians['CLI x4'] / medians['CLI']:.2f}x")
 
 

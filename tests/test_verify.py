@@ -1,22 +1,25 @@
 """Self-verifying packages on the deployment machine, with real packages: one whose wrapper library is garbage (its
 zip checksums valid) crashes the process that loads it, and fails as that file while the others still verify, in
-``python -m pytest_aoti.verify`` and ``pytest --aoti-verify`` (isolated too), leaving nothing in TMPDIR; ``dist/``
+``python -m pytest_aoti.verify`` and ``pytest --aoti-verify`` (isolated too), leaving nothing in TMPDIR; one
+interpreter verifies many packages, and a crash starts exactly one more; SIGTERM leaves nothing behind; ``dist/``
 is collected although pytest skips it by name; a link to a missing package is named; a tolerance of NaN is
 refused."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, junit_cases, left_behind
+from tests.conftest import RunPytest, junit_cases, left_behind, plugin_args
 
 torch = pytest.importorskip("torch")
 
@@ -176,3 +179,170 @@ def test_a_package_of_custom_ops_verifies_where_their_module_is_imported(
     alone.assert_outcomes(failed=1)
     assert "aoti_verify_tests::twice" in alone.stdout.str()
     run_pytest("--aoti-verify", "--aoti-verify-import=verify_ops", "dist", cache=None).assert_outcomes(passed=1)
+
+
+# Imported first by each interpreter that verifies packages (--aoti-verify-import): it notes its pid, so a test counts
+# the interpreters a run started.
+NOTES_ITS_PID = """
+import os
+
+with open("interpreters.txt", "a") as stream:
+    stream.write(f"{os.getpid()}\\n")
+"""
+
+
+def test_one_interpreter_verifies_many_packages_and_a_crash_starts_one_more(
+    pytester: pytest.Pytester, run_pytest: RunPytest, shipped: Shipped, watched_tmpdir: Path
+) -> None:
+    """``pytest --aoti-verify`` on 30 packages starts one interpreter, not 30 (issue #50 item 20: 300 packages took
+    over 600 s); a package that crashes it in the middle fails alone, and exactly one more interpreter verifies the
+    packages after it. Counted by process, not timed."""
+    pytester.makepyfile(notes_its_pid=NOTES_ITS_PID)
+    dist = pytester.path / "dist"
+    dist.mkdir()
+    for number in range(30):
+        shutil.copy(shipped.dist / "mlp.pt2", dist / f"m{number:02d}.pt2")
+    interpreters = pytester.path / "interpreters.txt"
+    common = ["--aoti-verify", "--aoti-verify-import=notes_its_pid", "dist", "-p", "no:logging"]
+    run_pytest(*common, cache=None).assert_outcomes(passed=30)
+    assert len(interpreters.read_text().split()) == 1
+    interpreters.unlink()
+    shutil.copy(shipped.dist / "crashes.pt2", dist / "m14z_crashes.pt2")  # between m14 and m15
+    result = run_pytest(*common, "--junitxml=verify.xml", cache=None)
+    result.assert_outcomes(passed=30, failed=1)
+    assert len(interpreters.read_text().split()) == 2
+    cases = junit_cases(pytester.path / "verify.xml")
+    assert [name for name, case in cases.items() if case["outcomes"]] == ["verify[m14z_crashes.pt2]"]
+    assert "dist/m14z_crashes.pt2: the package crashed the process that loaded and ran it (SIGSEGV)" in (
+        result.stdout.str()
+    )
+    assert left_behind(watched_tmpdir) == []
+
+
+def test_a_failing_import_fails_each_package_without_an_interpreter_each(
+    pytester: pytest.Pytester, run_pytest: RunPytest, shipped: Shipped
+) -> None:
+    """A module given to ``--aoti-verify-import`` that raises: every package fails naming it, and the interpreter
+    that could not start is not started again for each package."""
+    pytester.makepyfile(breaks_on_import=NOTES_ITS_PID + "\nraise RuntimeError('no ops here')\n")
+    dist = pytester.path / "dist"
+    dist.mkdir()
+    for number in range(3):
+        shutil.copy(shipped.dist / "mlp.pt2", dist / f"m{number}.pt2")
+    result = run_pytest("--aoti-verify", "--aoti-verify-import=breaks_on_import", "dist", cache=None)
+    result.assert_outcomes(failed=3)
+    for number in range(3):
+        assert (
+            f"dist/m{number}.pt2: the interpreter that verifies packages could not start (exit status 2): "
+            "FAILED --import breaks_on_import: RuntimeError: no ops here"
+        ) in result.stdout.str()
+    assert len((pytester.path / "interpreters.txt").read_text().split()) == 1
+
+
+# Imported first by the interpreter that verifies packages: it notes its pid, then hangs, so the test's SIGTERM
+# comes while the run waits for it. The CLI imports the module itself too, first (to fail early): only the verifying
+# interpreter, whose TMPDIR is its own temp dir, hangs.
+HANGS_ON_IMPORT = """
+import os
+import time
+
+if "pytest-aoti-verify-" in os.environ.get("TMPDIR", ""):
+    with open("interpreters.txt", "a") as stream:
+        stream.write(f"{os.getpid()}\\n")
+    time.sleep(3600)
+"""
+
+SLEEPS = """
+import os
+import time
+
+
+def test_sleeps():
+    with open("pytest.pid", "w") as stream:
+        stream.write(str(os.getpid()))
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("when", ["pytest waits for it", "another test runs", "the CLI waits for it"])
+def test_sigterm_leaves_no_verify_dir_behind(
+    pytester: pytest.Pytester, shipped: Shipped, watched_tmpdir: Path, when: str
+) -> None:
+    """SIGTERM to ``pytest --aoti-verify`` or ``python -m pytest_aoti.verify`` ends the verifying interpreter and
+    leaves nothing in TMPDIR (issue #50 item 21: a ``pytest-aoti-verify-*`` dir per run). While the run waits for an
+    answer, it ends as with an isolated test (exit 143, pytest's summary printed); while another test runs, as pytest
+    ends on SIGTERM."""
+    pytester.makepyfile(hangs_on_import=HANGS_ON_IMPORT, notes_its_pid=NOTES_ITS_PID, test_sleeps=SLEEPS)
+    shutil.copy(shipped.dist / "mlp.pt2", pytester.path / "mlp.pt2")
+    pytest_run = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly"]
+    pytest_run += [f"--basetemp={pytester.path / 'basetemp'}", "--aoti-verify"]
+    command, pid_file, expected, said = {
+        "pytest waits for it": (
+            [*pytest_run, "--aoti-verify-import=hangs_on_import", "mlp.pt2", "test_sleeps.py"],
+            "interpreters.txt",
+            143,
+            "SIGTERM: pytest-aoti ended the interpreter verifying packages and stops the session",
+        ),
+        "another test runs": (
+            [*pytest_run, "--aoti-verify-import=notes_its_pid", "mlp.pt2", "test_sleeps.py"],
+            "pytest.pid",
+            -signal.SIGTERM,
+            "",
+        ),
+        "the CLI waits for it": (
+            [sys.executable, "-m", "pytest_aoti.verify", "--import=hangs_on_import", "mlp.pt2"],
+            "interpreters.txt",
+            143,
+            "SIGTERM: the verifying interpreter was ended and its temp files removed",
+        ),
+    }[when]
+    with (pytester.path / "run.log").open("wb") as output:
+        run = pytester.popen(
+            command,
+            stdin=pytester.CLOSE_STDIN,
+            stdout=output,
+            stderr=output,
+            preexec_fn=_default_sigterm,  # whatever this xdist worker's own signal state
+        )
+        try:
+            _pid_written(pytester.path / pid_file, run)
+            interpreter = int((pytester.path / "interpreters.txt").read_text())
+            run.send_signal(signal.SIGTERM)
+            returncode = run.wait(timeout=300)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    log = (pytester.path / "run.log").read_text()
+    assert returncode == expected, log[-5000:]
+    assert said in log
+    _wait_gone(interpreter)
+    assert left_behind(watched_tmpdir) == []
+
+
+def _default_sigterm() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _pid_written(pid_file: Path, process: subprocess.Popen[bytes]) -> None:
+    """Minutes allowed: a busy machine is slow."""
+    deadline = time.monotonic() + 300
+    while not pid_file.exists() or not pid_file.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended or never got there"
+        time.sleep(0.2)
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 300
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the verifying interpreter outlived its parent"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running, as far as /proc says (a zombie is gone for our purpose)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False

@@ -11,12 +11,11 @@ PACKAGE...`` and ``pytest --aoti-verify PACKAGE...`` run it.
 from __future__ import annotations
 
 import argparse
-import getpass
 import importlib
 import json
 import math
 import os
-import subprocess
+import signal
 import sys
 import tempfile
 import zipfile
@@ -35,7 +34,7 @@ from pytest_aoti.core.environment import environment, environment_diff
 from pytest_aoti.core.errors import AOTICompileError, AOTIVerifyError
 from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
 from pytest_aoti.core.output_diff import compare, default_tolerance
-from pytest_aoti.core.processes import signal_name
+from pytest_aoti.verify.server import Terminated, VerifyServer
 
 __all__ = ["IO_MEMBER", "Verified", "bundle_io", "main", "verify_in_child", "verify_package", "write_bundled_io"]
 
@@ -263,10 +262,6 @@ def _differences(
     return found
 
 
-# Generous: a child loads a package and runs it once. Past this without a verdict, the package it is on hangs.
-CHILD_TIMEOUT = 900.0
-
-
 def verify_in_child(
     package: str | os.PathLike[str],
     *,
@@ -278,10 +273,16 @@ def verify_in_child(
     """:func:`verify_package` in a fresh interpreter (``python -m pytest_aoti.verify``), so that a package that
     crashes the process loading it (a garbage library with valid zip checksums) fails as that file, naming the
     signal. What needs no load (the archive, its bundled I/O, the device) is checked here first."""
+    with VerifyServer(server_options(rtol, atol, imports)) as server:
+        return verify_with(server, package, device=device)
+
+
+def verify_with(server: VerifyServer, package: str | os.PathLike[str], *, device: str | None = None) -> Verified:
+    """:func:`verify_package` in ``server``'s interpreter, which goes on to the next package unless this one
+    crashed it. What needs no load (the archive, its bundled I/O, the device) is checked here first."""
     path = Path(package)
     _, metadata = _read_io(path)
-    run_device = _run_device(path, metadata, device)
-    ((_, outcome),) = verify_in_children([path], device=str(run_device), rtol=rtol, atol=atol, imports=imports)
+    outcome = _outcome(path, server.verify(path, str(_run_device(path, metadata, device))))
     if isinstance(outcome, AOTIVerifyError):
         raise outcome
     return outcome
@@ -298,85 +299,24 @@ def verify_in_children(
     """Each package verified in a fresh interpreter, in order, one interpreter for as many as it gets through: a
     package that crashes (or hangs) the interpreter on it fails naming the signal, and a new interpreter goes on with
     the packages after it. Each interpreter's temp files, a crashed load's extraction included, are removed."""
+    with VerifyServer(server_options(rtol, atol, imports)) as server:
+        for package in packages:
+            path = Path(package)
+            yield path, _outcome(path, server.verify(path, device))
+
+
+def server_options(rtol: float | None, atol: float | None, imports: Sequence[str]) -> list[str]:
+    """The verifying interpreter's command-line options (the device goes with each package)."""
     rtol, atol = tolerance(rtol, "rtol"), tolerance(atol, "atol")
-    options = [
-        *([f"--device={device}"] if device else []),
+    return [
         *([f"--rtol={rtol!r}", f"--atol={atol!r}"] if rtol is not None and atol is not None else []),
         *(f"--import={module}" for module in imports),
     ]
-    remaining = [Path(package) for package in packages]
-    while remaining:
-        answers, ended = _child_run(remaining, options)
-        for path, answer in zip(remaining, answers, strict=False):
-            error = answer.get("error")
-            yield path, AOTIVerifyError(error) if error else Verified(path, answer["device"], tuple(answer["lines"]))
-        remaining = remaining[len(answers) :]
-        if remaining:  # the child ended on this one
-            yield remaining[0], AOTIVerifyError(f"{remaining[0]}: {ended}")
-            remaining = remaining[1:]
 
 
-def _child_run(packages: list[Path], options: list[str]) -> tuple[list[dict[str, Any]], str]:
-    """The answers of one child, in the packages' order, and how it ended when it did not answer them all. It may
-    take ``CHILD_TIMEOUT`` per package: past that without a new answer, it is stopped."""
-    with tempfile.TemporaryDirectory(prefix="pytest-aoti-verify-") as scratch:
-        results, errors = Path(scratch) / "results.jsonl", Path(scratch) / "stderr"
-        command = [
-            sys.executable,
-            *(["-P"] if sys.flags.safe_path else []),
-            *("-m", "pytest_aoti.verify", f"--result-file={results}", *options, *map(str, packages)),
-        ]
-        with errors.open("w") as stderr:
-            child = subprocess.Popen(command, env=_child_env(scratch), stdout=subprocess.DEVNULL, stderr=stderr)
-            answered = -1
-            while child.poll() is None and _answer_count(results) > answered:
-                answered = _answer_count(results)
-                try:
-                    child.wait(timeout=CHILD_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    pass
-            hung = child.poll() is None
-            if hung:
-                child.kill()
-                child.wait()
-        said = errors.read_text(errors="replace")
-        # What the package's runtime printed (its C++ side's cause of an error), where it went when loaded here.
-        sys.stderr.write(said)
-        answers = _answers(results)
-    if hung:
-        return answers, f"no result within {CHILD_TIMEOUT:g} s: loading or running the package hangs"
-    lines = said.strip().splitlines()
-    last = f": {lines[-1]}" if lines else ""
-    if child.returncode < 0:
-        return (
-            answers,
-            f"the package crashed the process that loaded and ran it ({signal_name(-child.returncode)}){last}",
-        )
-    return answers, f"its check ended with exit status {child.returncode} and no result{last}"
-
-
-def _answers(results: Path) -> list[dict[str, Any]]:
-    """The child's answers, up to a line it did not finish writing (a crash in the middle of one)."""
-    answers: list[dict[str, Any]] = []
-    for line in results.read_text().splitlines() if results.exists() else ():
-        try:
-            answers.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return answers
-
-
-def _answer_count(results: Path) -> int:
-    return len(results.read_text().splitlines()) if results.exists() else 0
-
-
-def _child_env(scratch: str) -> dict[str, str]:
-    """This process's environment with the child's temp files in ``scratch``, and Inductor's cache where it was."""
-    env = dict(os.environ)
-    # Inductor's default cache is under TMPDIR: a package the loader hands to Inductor reuses this machine's.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
-    env["TMPDIR"] = scratch
-    return env
+def _outcome(path: Path, answer: dict[str, Any]) -> Verified | AOTIVerifyError:
+    error = answer.get("error")
+    return AOTIVerifyError(error) if error else Verified(path, answer["device"], tuple(answer["lines"]))
 
 
 def _tolerance_argument(text: str) -> float:
@@ -403,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
         "run its sample inputs through its invariants, and compare its outputs with its golden outputs.",
     )
     parser.add_argument(
-        "packages", nargs="+", metavar="PACKAGE", help=".pt2 files built with bundle_io, or directories holding them"
+        "packages", nargs="*", metavar="PACKAGE", help=".pt2 files built with bundle_io, or directories holding them"
     )
     parser.add_argument(
         "--device",
@@ -420,8 +360,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="a module to import first, e.g. the one registering the package's custom ops (repeatable)",
     )
-    # The child that loads one package (verify_in_child): it verifies in its own process and writes its answer here.
-    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    # The interpreter that verifies packages (server.VerifyServer): requests on stdin, answers to this descriptor.
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--answers-fd", type=int, help=argparse.SUPPRESS)
     return parser
 
 
@@ -446,20 +387,40 @@ def _print(path: Path, outcome: Verified | AOTIVerifyError) -> None:
         print(f"  {line}", flush=True)
 
 
-def _answer_as_child(options: argparse.Namespace) -> int:
-    """Verify the packages in this process, in order, appending each answer (or error) to the result file as it is
-    known: a crash loses none given before it."""
-    failed = 0
-    for package in options.packages:
+def _serve(options: argparse.Namespace) -> int:
+    """The verifying interpreter: say it is ready, then verify each package stdin names, in this process, and
+    answer as soon as it is known (server.VerifyServer reads the answers). It ends at the end of stdin, or after
+    an answer marked last: a package left the CUDA context unusable, which the next package must not inherit."""
+    answers = os.fdopen(options.answers_fd, "w")
+
+    def answer(record: dict[str, Any]) -> None:
+        sys.stderr.flush()  # what the package printed comes before its answer
+        answers.write(json.dumps(record) + "\n")
+        answers.flush()
+
+    answer({"ready": os.getpid()})
+    for line in sys.stdin:
+        request = json.loads(line)
         try:
-            verified = verify_package(package, device=options.device, rtol=options.rtol, atol=options.atol)
-            answer: dict[str, Any] = {"device": verified.device, "lines": list(verified.lines)}
+            verified = verify_package(
+                request["package"], device=request["device"], rtol=options.rtol, atol=options.atol
+            )
+            answer({"device": verified.device, "lines": list(verified.lines)})
         except AOTIVerifyError as error:
-            failed += 1
-            answer = {"error": str(error)}
-        with open(options.result_file, "a") as results:
-            results.write(json.dumps(answer) + "\n")
-    return 1 if failed else 0
+            problem = _cuda_context_problem()
+            answer({"error": str(error), **({"last": True} if problem else {})})
+            if problem:
+                return 0
+    return 0
+
+
+def _cuda_context_problem() -> str | None:
+    """Why this process's CUDA context is unusable (a package's illegal memory access), if it is."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return None
+    from pytest_aoti.core.compiler import cuda_context_problem
+
+    return cuda_context_problem()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -467,18 +428,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if (options.rtol is None) != (options.atol is None):
         parser.error("--rtol and --atol: give both or neither")
+    if not options.packages and not options.serve:
+        parser.error("the following arguments are required: PACKAGE")
     for module in options.imports:
         try:
             importlib.import_module(module)
         except Exception as error:  # whatever the user's module raises: one line, then stop
-            # A child's stdout goes nowhere: its parent reads the last line of its stderr.
+            # The verifying interpreter's stdout goes nowhere: its parent reads the last line of its stderr.
             print(
                 f"FAILED --import {module}: {type(error).__name__}: {error}",
-                file=sys.stderr if options.result_file else sys.stdout,
+                file=sys.stderr if options.serve else sys.stdout,
             )
             return 2
-    if options.result_file:
-        return _answer_as_child(options)
+    if options.serve:
+        return _serve(options)
     failed = 0
     packages: list[Path] = []
     for argument in options.packages:
@@ -490,7 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     checked = verify_in_children(
         packages, device=options.device, rtol=options.rtol, atol=options.atol, imports=options.imports
     )
-    for path, outcome in checked:
-        failed += isinstance(outcome, AOTIVerifyError)
-        _print(path, outcome)
+    try:
+        for path, outcome in checked:
+            failed += isinstance(outcome, AOTIVerifyError)
+            _print(path, outcome)
+    except Terminated:
+        print("SIGTERM: the verifying interpreter was ended and its temp files removed", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 1 if failed else 0

@@ -1,8 +1,9 @@
 """``pytest --aoti-verify PACKAGE...``: one test item per ``.pt2`` package, which verifies it on this machine against
-its bundled inputs and golden outputs, loading it in a fresh interpreter (``bundled.verify_in_child``: a package that
-crashes its loader fails as that file). No test file or model source is needed; JUnit and the summary work as for
-any test. Also the builder keyword ``bundle_io=True`` (``aoti_compile(model, args, bundle_io=True)``), through
-pytest-aoti's build hooks. Importing this module does not import torch."""
+its bundled inputs and golden outputs, loaded in the session's verifying interpreter (``server.VerifyServer``: one
+interpreter verifies the packages in turn, and a package that crashes it fails as that file while a new one goes on
+with the next). No test file or model source is needed; JUnit and the summary work as for any test. Also the builder
+keyword ``bundle_io=True`` (``aoti_compile(model, args, bundle_io=True)``), through pytest-aoti's build hooks.
+Importing this module does not import torch."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from pytest_aoti.settings import settings_key
 
 if TYPE_CHECKING:
     from pytest_aoti.hookspecs import BuiltPackage
+    from pytest_aoti.verify.server import VerifyServer
 
 VERIFY_DESC = (
     "collect .pt2 packages given as arguments (or found in given directories, dist/ and build/ included) as tests: "
-    "each is loaded in a fresh interpreter and checked against its bundled inputs and golden outputs (built with "
-    "aoti_compile(..., bundle_io=True))"
+    "each is loaded in an interpreter of its own (a new one only after a package crashes it) and checked against its "
+    "bundled inputs and golden outputs (built with aoti_compile(..., bundle_io=True))"
 )
 VERIFY_IMPORT_DESC = (
     "a module the interpreter that verifies a package imports first, e.g. the one registering the package's custom "
@@ -40,6 +42,7 @@ class VerifySettings:
 
 
 verify_settings_key = pytest.StashKey[VerifySettings]()
+verify_server_key = pytest.StashKey["VerifyServer"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -134,6 +137,18 @@ def pytest_make_collect_report(
     return report
 
 
+def _server(config: pytest.Config) -> VerifyServer:
+    """This process's verifying interpreter (each xdist worker has its own), ended at the end of the session."""
+    if verify_server_key not in config.stash:
+        from pytest_aoti.verify.bundled import server_options
+        from pytest_aoti.verify.server import VerifyServer
+
+        server = VerifyServer(server_options(None, None, config.stash[verify_settings_key].imports))
+        config.add_cleanup(server.close)
+        config.stash[verify_server_key] = server
+    return config.stash[verify_server_key]
+
+
 class PackageFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         yield PackageItem.from_parent(self, name=f"verify[{self.path.name}]")
@@ -145,7 +160,8 @@ class PackageItem(pytest.Item):
     moved."""
 
     def runtest(self) -> None:
-        from pytest_aoti.verify.bundled import verify_in_child
+        from pytest_aoti.verify.bundled import verify_with
+        from pytest_aoti.verify.server import Terminated
 
         settings = self.config.stash[settings_key]
         device = None if settings.device == "auto" else settings.device
@@ -155,7 +171,12 @@ class PackageItem(pytest.Item):
 
             torch.cuda.set_device(assigned)
             device = None if device is None else assigned  # auto: the package's own device type; cuda: this GPU
-        verified = verify_in_child(self.path, device=device, imports=self.config.stash[verify_settings_key].imports)
+        try:
+            verified = verify_with(_server(self.config), self.path, device=device)
+        except Terminated:
+            pytest.exit(
+                "SIGTERM: pytest-aoti ended the interpreter verifying packages and stops the session", returncode=143
+            )
         self.user_properties.append(("aoti_verified", f"{verified.device}: {verified.lines[0]}"))
         self.user_properties.append(("aoti_environment_diff", verified.lines[-1]))
         self.add_report_section("call", "aoti verify", "\n".join(verified.lines))
