@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.core.figure_data import GoldenErrors, encode
+from pytest_aoti.shared.figure_data import GoldenErrors, encode
 from tests.conftest import RunPytest, junit_cases, plugin_args
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

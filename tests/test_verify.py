@@ -65,9 +65,9 @@ class Shipped:
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Shipped:
-    from pytest_aoti.core.bundled_io import write_bundled_io
     from pytest_aoti.core.cache import PackageCache
     from pytest_aoti.core.compiler import compile_model
+    from pytest_aoti.shared.bundled_io import write_bundled_io
     from pytest_aoti.verify import bundle_io
     from tests.aoti_models import MLP
 

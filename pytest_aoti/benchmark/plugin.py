@@ -122,7 +122,7 @@ def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok
 def _json_target(config: pytest.Config) -> Path | None:
     """``--aoti-benchmark-json``: a path from the command line is relative to where pytest started, from the ini
     file to the rootdir. A target that cannot be written is a usage error now, not a traceback after the tests."""
-    from pytest_aoti.core.report_files import report_target
+    from pytest_aoti.shared.report_files import report_target
 
     raw, source, from_cli = _value(config, "json")
     if not raw.strip():
@@ -446,8 +446,8 @@ def _against_baseline(
         judgment = rule.judge(run, runs, tolerance, run_time)
     except ImportError:
         _fail("aoti_benchmark: judging against a baseline needs SciPy: pip install scipy (or pytest-aoti[benchmark])")
-    from pytest_aoti.core.figure_builders import benchmark_times
-    from pytest_aoti.core.figure_data import attach_figure_data
+    from pytest_aoti.shared.figure_builders import benchmark_times
+    from pytest_aoti.shared.figure_data import attach_figure_data
 
     # The picture of this judgment (block times now against each baseline run's), drawn by the pictures plugin.
     attach_figure_data(item, benchmark_times(benchmark, run.package, [old.package for old in runs], judgment.text))
@@ -572,7 +572,7 @@ class BenchmarkTracker:
         target = self.config.stash[settings_key].json_path
         if target is None:
             return
-        from pytest_aoti.core.report_files import write_report
+        from pytest_aoti.shared.report_files import write_report
 
         problem = write_report(target, json.dumps({"benchmarks": self.records}, indent=1) + "\n")
         if problem is not None:  # checked at start; the disk may have changed since

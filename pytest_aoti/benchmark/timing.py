@@ -206,6 +206,6 @@ def machine(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         return f"cuda: {torch.cuda.get_device_name(index)} (sm_{major}{minor})"
-    from pytest_aoti.core.environment import cpu_description
+    from pytest_aoti.shared.environment import cpu_description
 
     return f"cpu: {cpu_description()[0]} x{os.cpu_count()}"

@@ -10,6 +10,7 @@ binary, in seconds), else (or with ``--recompile``) on a package it recompiles f
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
@@ -17,6 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.core.machine import cpu_model, inductor_cache_dir, machine_identity
 
 if TYPE_CHECKING:
     import torch
@@ -42,12 +45,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ENV = json.loads((HERE / "env.json").read_text())
 
+# pytest_aoti.core.machine
+
 
 def run_in_child():
     """Run this script again in a child, under the recorded environment (Inductor reads its codegen flags when torch
     is imported), with a TMPDIR of its own that is removed however the child ends: the loader extracts the package
     into $TMPDIR and never removes it, and a crash leaves it behind. Inductor's per-user cache stays shared."""
-    import getpass
     import shutil
     import signal
     import subprocess
@@ -55,11 +59,7 @@ def run_in_child():
 
     private = tempfile.mkdtemp(prefix="pytest-aoti-repro-")
     try:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = f"uid_{os.getuid()}"
-        inductor_cache = Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+        inductor_cache = inductor_cache_dir()
         inductor_cache.mkdir(exist_ok=True)
         (Path(private) / inductor_cache.name).symlink_to(inductor_cache)
         env = {**os.environ, **ENV, "PYTEST_AOTI_REPRO": "1", "TMPDIR": private}
@@ -84,14 +84,6 @@ for module in json.loads((HERE / "custom_ops.json").read_text()):
     importlib.import_module(module["module"])
 
 import torch  # noqa: E402
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
-    except OSError:
-        return platform.processor() or None
 
 
 def load_built_here(package, device_index):
@@ -166,6 +158,12 @@ print(
     "(a mismatch the test saw against the model itself comes from export, not from the package)"
 )
 '''
+# repro.py runs with only torch installed: it gets the machine's functions themselves, so that it reads the CPU and
+# finds Inductor's cache as the bundle's writer did.
+REPRO_SCRIPT = REPRO_SCRIPT.replace(
+    "# pytest_aoti.core.machine\n",
+    "\n\n".join(inspect.getsource(function) for function in (cpu_model, inductor_cache_dir)),
+)
 
 
 def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
@@ -200,16 +198,6 @@ def import_root(module: str, file: Path) -> tuple[str, Path]:
     return file.stem, file.parent
 
 
-def _cpu_model() -> str | None:
-    """The CPU's model name (a CPU package is built with ``-march=native``): ``repro.py``'s ``cpu_model``, which
-    compares it with this one before it runs the recorded package, is the same code (the script needs only torch)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
-    except OSError:
-        return platform.processor() or None
-
-
 def _versions() -> dict[str, Any]:
     import torch
 
@@ -218,7 +206,7 @@ def _versions() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),  # what repro.py's copy of it says before it runs the recorded package
     }
     try:
         import triton
@@ -228,9 +216,8 @@ def _versions() -> dict[str, Any]:
         versions["triton"] = None
     if torch.cuda.is_available():
         versions["gpu"] = torch.cuda.get_device_name()
-    from pytest_aoti.core.cache import compiler_identity
-
-    versions["compiler"] = compiler_identity()
+    cxx = machine_identity().cxx
+    versions["compiler"] = f"{cxx.path or cxx.command}: {cxx.version}"
     return versions
 
 

@@ -30,6 +30,7 @@ import pytest
 
 from pytest_aoti.core import processes
 from pytest_aoti.core.devices import assigned_device, workerid
+from pytest_aoti.core.machine import inductor_cache_dir
 from pytest_aoti.core.processes import signal_group, signal_name
 from pytest_aoti.core.protocol import (
     CHILD_ENV,
@@ -219,19 +220,10 @@ def private_tmpdir(workdir: Path) -> Path:
     """A TMPDIR for the child, so the ``aotinductor_*`` dirs its loader leaks (failed loads, killed processes)
     go away with it, still sharing Inductor's cache and precompiled headers through a link."""
     private = Path(tempfile.mkdtemp(prefix="tmp-", dir=workdir))
-    user_cache = Path(tempfile.gettempdir()) / f"torchinductor_{_user_name()}"
+    user_cache = inductor_cache_dir()
     user_cache.mkdir(exist_ok=True)
     (private / user_cache.name).symlink_to(user_cache)
     return private
-
-
-def _user_name() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid_{os.getuid()}"
 
 
 def _first_line(text: str) -> str:

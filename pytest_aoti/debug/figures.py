@@ -1,15 +1,15 @@
-"""What a debug verdict can show as pictures (:mod:`pytest_aoti.core.figure_data`): stage numerics' kernel errors in
+"""What a debug verdict can show as pictures (:mod:`pytest_aoti.shared.figure_data`): stage numerics' kernel errors in
 launch order, and the kernel timeline of a NaN/Inf or a crash. Analysis, done once when the verdict is attached to
 its report: the stages' logs are read here, the pictures are drawn from these records by the session that shows
 them."""
 
 from __future__ import annotations
 
-from pytest_aoti.core.figure_builders import kernel_errors, kernel_timeline
-from pytest_aoti.core.figure_data import Divergence, FigureData, KernelTimeline
 from pytest_aoti.core.protocol import Outcome, Stage
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.stages import Verdict
+from pytest_aoti.shared.figure_builders import kernel_errors, kernel_timeline
+from pytest_aoti.shared.figure_data import Divergence, FigureData, KernelTimeline
 
 
 def _source(verdict: Verdict, role: str) -> str:

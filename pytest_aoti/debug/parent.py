@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core import phases
-from pytest_aoti.core.figure_data import attach_figure_data
 from pytest_aoti.core.protocol import Stage
 from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
 from pytest_aoti.debug.crash_route import (
@@ -44,6 +43,7 @@ from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.debug.verdict import PublicVerdict
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_temp_key, settings_key, uses_aoti
+from pytest_aoti.shared.figure_data import attach_figure_data
 
 poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()

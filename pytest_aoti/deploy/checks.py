@@ -82,7 +82,7 @@ def _defined_in(op_name: str) -> str:
 def _bundled(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], workdir: Path) -> Path:
     """``compiled``'s package with these inputs and the outputs it gives here bundled in, for ``python -m
     pytest_aoti.verify`` to check in another process."""
-    from pytest_aoti.core.bundled_io import write_bundled_io
+    from pytest_aoti.shared.bundled_io import write_bundled_io
 
     workdir.mkdir(parents=True, exist_ok=True)
     outputs = compiled.call(args, kwargs)

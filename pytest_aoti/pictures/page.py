@@ -12,9 +12,9 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_aoti.core.figure_data import FIGURE_PROPERTY, BenchmarkTimes, FigureData, GoldenErrors
 from pytest_aoti.hookspecs import PropertyRole, ReportProperties, ReportSection
 from pytest_aoti.pictures.render import Picture
+from pytest_aoti.shared.figure_data import FIGURE_PROPERTY, BenchmarkTimes, FigureData, GoldenErrors
 
 
 @dataclass

@@ -3,7 +3,7 @@ pytest-html writes a report, the same findings in each test's row through pytest
 
 Only the session the user started collects (an xdist controller sees every worker's reports; a debug child's
 reports reach its parent as the test's own). Records arrive on reports as the ``aoti_figure_data`` user property
-(:mod:`pytest_aoti.core.figure_data`); each is drawn once, when its report is logged, and both outputs use that
+(:mod:`pytest_aoti.shared.figure_data`); each is drawn once, when its report is logged, and both outputs use that
 drawing. Importing this module imports neither torch nor matplotlib.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.core.figure_data import FigureDataError, decode, figure_properties
 from pytest_aoti.core.protocol import CHILD_ENV
 from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_properties
 from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
 from pytest_aoti.pictures.render import Picture, draw
+from pytest_aoti.shared.figure_data import FigureDataError, decode, figure_properties
 
 HTML_DESC = (
     "write the session's aoti findings (verdicts with reproduce lines and pictures, goldens, benchmarks, the cache "
@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def html_target(config: pytest.Config) -> Path | None:
     """Where ``--aoti-html`` (relative to the invocation dir) or the ini's ``aoti_html`` (relative to the ini file)
     puts the page; a usage error when that is a directory."""
-    from pytest_aoti.core.report_files import report_target
+    from pytest_aoti.shared.report_files import report_target
 
     cli = config.getoption("aoti_html")
     if cli is not None:
@@ -136,7 +136,7 @@ class FindingsCollector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.target is None:
             return
-        from pytest_aoti.core.report_files import write_report
+        from pytest_aoti.shared.report_files import write_report
 
         shown = [test for test in self.tests.values() if test.properties or test.pictures or test.notes]
         problem = write_report(self.target, page_html(shown, self.known, _cache_line(self.config)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.core.figure_data import BenchmarkTimes, Divergence, FigureData, GoldenErrors, KernelTimeline
+from pytest_aoti.shared.figure_data import BenchmarkTimes, Divergence, FigureData, GoldenErrors, KernelTimeline
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

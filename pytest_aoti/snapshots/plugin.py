@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_aoti.core.figure_data import attach_figure_data
 from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
+from pytest_aoti.shared.figure_data import attach_figure_data
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 from pytest_aoti.snapshots.records import PROPERTIES, SNAPSHOT_FILE_PROPERTY, SNAPSHOT_PROPERTY
 

@@ -31,6 +31,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from pytest_aoti.core import processes
+from pytest_aoti.core.machine import inductor_cache_dir
 from pytest_aoti.core.processes import signal_group, signal_name
 
 # Generous: an interpreter imports torch, or loads a package and runs it once. Past this without an answer, the
@@ -259,15 +260,6 @@ def _child_env(scratch: Path) -> dict[str, str]:
     was."""
     env = dict(os.environ)
     # Inductor's default cache is under TMPDIR: a package the loader hands to Inductor reuses this machine's.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
     env["TMPDIR"] = str(scratch)
     return env
-
-
-def _user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid_{os.getuid()}"

@@ -29,9 +29,9 @@ def test_a_package_that_poisons_cuda_is_the_last_its_interpreter_verifies(
 ) -> None:
     import torch
 
-    from pytest_aoti.core.bundled_io import write_bundled_io
     from pytest_aoti.core.cache import PackageCache
     from pytest_aoti.core.compiler import compile_model
+    from pytest_aoti.shared.bundled_io import write_bundled_io
     from pytest_aoti.verify import bundle_io
 
     (tmp_path / "gpu_models.py").write_text(GPU_MODELS)

@@ -12,9 +12,15 @@ import pytest
 import torch
 
 from pytest_aoti.benchmark.records import PROPERTIES as BENCHMARK_PROPERTIES
-from pytest_aoti.core import output_diff
-from pytest_aoti.core.figure_builders import golden_errors, kernel_errors, kernel_timeline
-from pytest_aoti.core.figure_data import (
+from pytest_aoti.debug.figures import verdict_figures
+from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
+from pytest_aoti.debug.stages import Verdict
+from pytest_aoti.hookspecs import ReportProperties, ReportSection
+from pytest_aoti.pictures import render
+from pytest_aoti.pictures.page import Findings, page_html, record_section, shown_as_text
+from pytest_aoti.shared import output_diff
+from pytest_aoti.shared.figure_builders import golden_errors, kernel_errors, kernel_timeline
+from pytest_aoti.shared.figure_data import (
     FIGURE_PROPERTY,
     BenchmarkTimes,
     Divergence,
@@ -29,12 +35,6 @@ from pytest_aoti.core.figure_data import (
     encode,
     figure_properties,
 )
-from pytest_aoti.debug.figures import verdict_figures
-from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
-from pytest_aoti.debug.stages import Verdict
-from pytest_aoti.hookspecs import ReportProperties, ReportSection
-from pytest_aoti.pictures import render
-from pytest_aoti.pictures.page import Findings, page_html, record_section, shown_as_text
 from pytest_aoti.snapshots.records import PROPERTIES as SNAPSHOT_PROPERTIES
 from tests.unit.test_stage_pipeline import FakeLauncher, _pipeline, _run, _stage_log
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.core.report_files import os_reason, shared_with, target_path, write_problem
+from pytest_aoti.shared.report_files import os_reason, shared_with, target_path, write_problem
 from tests.conftest import plugin_args
 
 

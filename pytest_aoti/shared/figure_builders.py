@@ -1,4 +1,4 @@
-"""Builders of the picture records (:mod:`pytest_aoti.core.figure_data`) from what the features hold: tensors,
+"""Builders of the picture records (:mod:`pytest_aoti.shared.figure_data`) from what the features hold: tensors,
 kernel-log events, stage numerics' rows, benchmark block times.
 
 Torch is imported inside :func:`golden_errors` only, where the caller already has tensors.
@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_aoti.core.figure_data import BenchmarkTimes, GoldenErrors, InputStats, KernelError, KernelTimeline
+from pytest_aoti.shared.figure_data import BenchmarkTimes, GoldenErrors, InputStats, KernelError, KernelTimeline
 
 if TYPE_CHECKING:
     import torch
