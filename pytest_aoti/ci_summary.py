@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV
 from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.hookspecs import ReportProperties, ReportProperty, ReportSection, report_properties
+from pytest_aoti.roles import writes_user_reports
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 # Each section's heading. The verdicts' table lists the tests that did not pass; the others, the tests that wrote
@@ -35,7 +35,7 @@ _HEADINGS = {
 
 def pytest_configure(config: pytest.Config) -> None:
     target = os.environ.get(STEP_SUMMARY_ENV, "").strip()
-    if target and not os.environ.get(CHILD_ENV) and not hasattr(config, "workerinput"):
+    if target and writes_user_reports(config):
         config.pluginmanager.register(StepSummary(target), "aoti-step-summary")
 
 

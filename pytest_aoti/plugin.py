@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import cache_plugin, fixtures
+from pytest_aoti import cache_plugin, fixtures, roles
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.core import torch_versions
-from pytest_aoti.core.protocol import CHILD_ENV, NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
+from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.forkserver.client import start_server, stop_server
+from pytest_aoti.roles import Role
 from pytest_aoti.settings import CrashGuard, item_settings, settings_key
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
@@ -47,7 +48,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    if os.environ.get(CHILD_ENV):
+    if roles.decide(config) is Role.CHILD:
         from pytest_aoti.debug.child_session import neutralize_parent_options
 
         neutralize_parent_options(config)
@@ -61,17 +62,18 @@ def pytest_configure(config: pytest.Config) -> None:
     for signature_and_help in aoti_settings.MARKERS.values():
         config.addinivalue_line("markers", signature_and_help)
     settings = aoti_settings.resolve(config)
-    in_child = bool(os.environ.get(CHILD_ENV))
+    in_child = roles.decide(config) is Role.CHILD
     if not in_child:
         settings = aoti_settings.choose_crash_guard(
             config, settings, xdist_available=config.pluginmanager.hasplugin("xdist")
         )
         if settings.crash_guard is CrashGuard.ONE_WORKER:
             _one_supervised_worker(config)
+    role = config.stash[roles.role_key] = roles.decide(config)  # decided once, after the crash guard
     config.stash[settings_key] = settings
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     config.pluginmanager.register(cache_plugin, "aoti-cache")
-    if in_child:
+    if role is Role.CHILD:
         from pytest_aoti.debug.child_session import ChildSession
 
         session: object = ChildSession(
@@ -83,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_aoti.debug.parent import ParentSession
 
     config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
-    is_xdist_worker = hasattr(config, "workerinput")
+    is_xdist_worker = role is Role.WORKER
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")

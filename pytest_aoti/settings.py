@@ -21,6 +21,7 @@ import pytest
 from pytest_aoti.core.cache import default_cache_dir
 from pytest_aoti.core.protocol import DEFAULT_MINIFY_BUDGET, Stage
 from pytest_aoti.core.remote_cache import RemoteSettings
+from pytest_aoti.roles import Role, decide
 
 DEVICE_DESC = "device to compile for: auto (cuda:0 when CUDA is available, else cpu), cpu, cuda or cuda:N"
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
@@ -305,9 +306,10 @@ def choose_crash_guard(config: pytest.Config, settings: Settings, *, xdist_avail
         no_children = f"{debugger} debugs the test in this process"
     option = config.option
     distributed = getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
-    if distributed and not hasattr(config, "workerinput"):
+    is_worker = decide(config) is Role.WORKER
+    if distributed and not is_worker:
         _refuse_a_dist_that_loses_crashes(config, settings, str(option.dist))
-    if hasattr(config, "workerinput") or distributed:
+    if is_worker or distributed:
         guard = CrashGuard.XDIST
     elif no_children is not None:
         guard = CrashGuard.UNGUARDED

@@ -397,7 +397,6 @@ class StartedChild:
 
     def __init__(self, config: pytest.Config, setup: _ChildSetup, timeout: float) -> None:
         self._config, self._setup, self._timeout = config, setup, timeout
-        self._started = time.monotonic()
         try:
             self._process = _spawn(
                 [*setup.command, *setup.overrides], env=setup.environment(), cwd=setup.cwd, log_path=setup.log_path
@@ -405,6 +404,8 @@ class StartedChild:
         except BaseException:
             shutil.rmtree(setup.tmpdir, ignore_errors=True)
             raise
+        # From the child's start: waiting for a fork server still warming up is not the test's time.
+        self._started = time.monotonic()
         self._ended: float | None = None
         self._done = False
         threading.Thread(target=self._note_end, daemon=True).start()

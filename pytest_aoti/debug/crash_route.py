@@ -24,6 +24,7 @@ from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.fixtures import cache_key, device_property_key
+from pytest_aoti.roles import Role, role
 from pytest_aoti.settings import DebugRequest
 
 ExceptionInfo = pytest.ExceptionInfo[BaseException]
@@ -120,7 +121,7 @@ def stamp_test_report(item: pytest.Item, report: pytest.TestReport, excinfo: Exc
         changes["failure_kind"] = str(failure_kind(excinfo.value))
         changes["reached_aoti"] = phases.announced() is not None
     cache = item.config.stash.get(cache_key, None)
-    if report.when == "teardown" and cache is not None and hasattr(item.config, "workerinput"):
+    if report.when == "teardown" and cache is not None and role(item.config) is Role.WORKER:
         changes["cache_stats"] = cache.stats.as_dict()
     if changes:
         stamp(report, **changes)

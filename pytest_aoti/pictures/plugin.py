@@ -9,18 +9,17 @@ drawing. Importing this module imports neither torch nor matplotlib.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV
 from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_properties
 from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
 from pytest_aoti.pictures.render import Picture, draw
+from pytest_aoti.roles import writes_user_reports
 from pytest_aoti.shared.figure_data import FigureDataError, decode, figure_properties
 
 HTML_DESC = (
@@ -59,7 +58,7 @@ def html_target(config: pytest.Config) -> Path | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get(CHILD_ENV) or hasattr(config, "workerinput"):
+    if not writes_user_reports(config):
         return  # the session the user started draws; children and workers only carry the records on reports
     target = html_target(config)
     with_pytest_html = bool(config.getoption("htmlpath", None)) and config.pluginmanager.hasplugin("html")

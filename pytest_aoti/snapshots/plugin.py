@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
+from pytest_aoti.core.protocol import in_debug_rerun
+from pytest_aoti.roles import Role, role, writes_user_reports
 from pytest_aoti.shared.figure_data import attach_figure_data
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 from pytest_aoti.snapshots.records import PROPERTIES, SNAPSHOT_FILE_PROPERTY, SNAPSHOT_PROPERTY
@@ -82,7 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = resolve(config)
     # The summary of goldens written, updated and unused belongs to the session the user started (an xdist
     # controller hears its workers' reports), not to a pytest-aoti child or an xdist worker.
-    if not os.environ.get(CHILD_ENV) and not hasattr(config, "workerinput"):
+    if writes_user_reports(config):
         config.pluginmanager.register(SnapshotTracker(config), "aoti-snapshot-tracker")
 
 
@@ -260,7 +261,7 @@ class SnapshotTracker:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # An xdist controller collects nothing itself: its workers' collections arrive through the hook below.
-        if session.items and not hasattr(self.config, "workerinput"):
+        if session.items and role(self.config) is not Role.WORKER:
             self.collected = [item.nodeid for item in session.items]
 
     @pytest.hookimpl(optionalhook=True)
