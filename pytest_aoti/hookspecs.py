@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_aoti.core.compiler import CompiledModel
-    from pytest_aoti.debug.verdict import PublicVerdict
 
 
 @dataclass(frozen=True)
@@ -142,6 +141,71 @@ def pytest_aoti_report_properties(config: pytest.Config) -> list[ReportProperty]
     for the summaries of other features (the CI summary, the ``--aoti-html`` page), which may not import them."""
 
 
+@dataclass(frozen=True)
+class PublicVerdict:
+    """One failed test's debug verdict, rendered once (:func:`pytest_aoti.debug.reporting.render`): each fact once.
+    The report section, the JUnit properties and the summaries show these same strings. A conftest that files each
+    verdict::
+
+        def pytest_aoti_verdict(config, nodeid, verdict):
+            if verdict.reproduced and verdict.suspect_kernel:
+                tracker.file(nodeid, verdict.headline, verdict.reproduce)
+
+    - ``nodeid``: the test's node id.
+    - ``failure_kind``: the test's own kind of failure as pytest-aoti classified it (``mismatch``,
+      ``output_nonfinite``, ``compile``, … , ``crash``), or None where none is known.
+    - ``headline``: the verdict in one line (JUnit ``aoti_verdict``, the ``aoti`` summary's line).
+    - ``details``: the report section ``aoti debug rerun`` below its first line (``verdict: <headline>``): each
+      stage, the logs' trimmed tails; :attr:`text` is the whole section.
+    - ``rerun_outcome``: how the rerun the verdict describes ended (``crashed with SIGSEGV``, ``failed: …``), or None
+      without a rerun (JUnit ``aoti_rerun_outcome`` then says ``not rerun``).
+    - ``not_rerun``: why the test was not rerun at all, or None when it was.
+    - ``reproduced``: whether any rerun failed as the test did; ``reproduction``: ``consistent (2 of 2 reruns)``,
+      ``flaky (1 of 3 reruns)``, ``did not reproduce (0 of 3 reruns)``, or None without a rerun; ``flaky``: some
+      reruns failed and some passed.
+    - ``suspect_kernel``: the kernel that never finished, else the last one that completed (None for a crash while
+      no kernel ran); ``first_nonfinite_kernel``: the kernel that wrote the first buffer holding NaN/Inf
+      (``model input`` when an input held it), and ``first_nonfinite_buffer`` that buffer (or input).
+    - ``numerics``: stage numerics' answer in one line (the first divergent kernel, or why none diverged), or None
+      where it did not run; ``first_divergent_kernel``: that kernel, or None (JUnit ``aoti_first_divergent_kernel``
+      says ``none`` where stage numerics compared and no kernel diverged).
+    - ``sanitizer``: compute-sanitizer's first error, or None; ``minified``: stage minify's smaller graph
+      (``6 -> 2 nodes: <its repro.py>``), or None.
+    - ``source_line``: the user's line the verdict points at, the one its headline leads with (``kernel: at
+      model.py:42 in forward: …``).
+    - ``signal``: the signal that ended the rerun (``SIGSEGV``), or None.
+    - ``reproduce``: a shell line that reruns the first rerun by hand, or None without a rerun.
+    - ``bundle``: the repro bundle's directory (``python repro.py`` in it), or None.
+    """
+
+    nodeid: str
+    failure_kind: str | None
+    headline: str
+    details: str
+    rerun_outcome: str | None
+    not_rerun: str | None
+    reproduced: bool
+    reproduction: str | None
+    flaky: bool
+    suspect_kernel: str | None
+    first_nonfinite_kernel: str | None
+    first_nonfinite_buffer: str | None
+    numerics: str | None
+    first_divergent_kernel: str | None
+    sanitizer: str | None
+    minified: str | None
+    source_line: str | None
+    signal: str | None
+    reproduce: str | None
+    bundle: Path | None
+
+    @property
+    def text(self) -> str:
+        """The report section ``aoti debug rerun``, whole: the headline's line, then :attr:`details`."""
+        first = f"verdict: {self.headline}"
+        return f"{first}\n{self.details}" if self.details else first
+
+
 @pytest.hookspec
 def pytest_aoti_build_options(config: pytest.Config) -> list[str] | None:
     """The keyword arguments of the builder fixtures that a feature takes (e.g. ``snapshot``, ``bundle_io``). The
@@ -172,6 +236,6 @@ def pytest_aoti_matched_outputs(config: pytest.Config, matched: MatchedOutputs) 
 @pytest.hookspec
 def pytest_aoti_verdict(config: pytest.Config, nodeid: str, verdict: PublicVerdict) -> None:
     """A failed test's debug verdict, once per failure, before it goes on the test's report (a frozen
-    :class:`pytest_aoti.debug.verdict.PublicVerdict`). Called in the process that made the verdict: the session,
+    :class:`PublicVerdict`). Called in the process that made the verdict: the session,
     the xdist worker that ran the test, or the xdist controller when the test crashed its worker. An exception
     raised here is reported with its traceback and the run goes on."""

@@ -5,6 +5,8 @@ them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pytest_aoti.core.protocol import Outcome, Stage
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.stages import Verdict
@@ -36,7 +38,9 @@ def divergence(verdict: Verdict) -> Divergence | None:
     )
 
 
-def _stats(blocks: list[kernel_log.TensorStats]) -> list[tuple[str, str | None, str | None, str | None, str | None]]:
+def _stats(
+    blocks: Sequence[kernel_log.TensorStats],
+) -> list[tuple[str, str | None, str | None, str | None, str | None]]:
     return [(block.arg, block.minimum, block.maximum, block.mean, block.size) for block in blocks]
 
 

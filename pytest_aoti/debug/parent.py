@@ -38,10 +38,17 @@ from pytest_aoti.debug.crash_route import (
     stamp_test_report,
 )
 from pytest_aoti.debug.figures import verdict_figures
-from pytest_aoti.debug.reporting import SECTION_TITLE, isolated_reports, render, summary_lines, verdict_record
-from pytest_aoti.debug.stages import Verdict, debug_rerun, failure_if_different
+from pytest_aoti.debug.reporting import (
+    SECTION_TITLE,
+    isolated_reports,
+    junit_properties,
+    render,
+    summary_lines,
+    verdict_record,
+)
+from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
-from pytest_aoti.debug.verdict import PublicVerdict
+from pytest_aoti.hookspecs import PublicVerdict
 from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_temp_key, settings_key, uses_aoti
 from pytest_aoti.shared.figure_data import attach_figure_data
 
@@ -192,23 +199,27 @@ def attach_debug(
     else:
         workdir = _workdir(config, report.nodeid)
         try:
+            # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
+            # failure, not the test's: the verdict says so.
             verdict = debug_rerun(
-                config, report.nodeid, test_path=test_path, workdir=workdir, request=request, plan=plan
+                config,
+                report.nodeid,
+                test_path=test_path,
+                workdir=workdir,
+                request=request,
+                plan=plan,
+                failure=original,
             )
         except KeyboardInterrupt:
             config.stash[interrupted_key] = True
             verdict = Verdict(report.nodeid, not_rerun="the debug rerun was interrupted (KeyboardInterrupt)")
-        else:
-            # A rerun that fails another way (a fixture a child cannot find, a different exception) explains that
-            # failure, not the test's: the verdict says so.
-            verdict.test_failure = failure_if_different(original, verdict)
     rendered = render(verdict, original)
     _publish_verdict(config, report, rendered)
     report.sections.append((SECTION_TITLE, rendered.text))
     before = list(report.user_properties)
     attach_figure_data(report, *verdict_figures(verdict))
     # The pictures' data go with the verdict's properties: onto the teardown report too, the one JUnit reads.
-    properties: list[tuple[str, object]] = [*rendered.properties, *report.user_properties[len(before) :]]
+    properties: list[tuple[str, object]] = [*junit_properties(rendered), *report.user_properties[len(before) :]]
     report.user_properties = [*before, *properties]
     stamp(report, verdict=verdict_record(rendered))
     return properties

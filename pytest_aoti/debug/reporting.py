@@ -12,7 +12,7 @@ from pytest_aoti.debug import kernel_log, provenance, records
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.crash_route import AttachDebug, Crash, crash_reports, record_of
 from pytest_aoti.debug.stages import FILTER_ENV, PRINTER_ENV, Verdict
-from pytest_aoti.debug.verdict import PublicVerdict
+from pytest_aoti.hookspecs import PublicVerdict
 
 SECTION_TITLE = "aoti debug rerun"
 ISOLATION_TITLE = "aoti isolation"
@@ -322,33 +322,41 @@ def _stage_line(run: ChildRun) -> str:
 
 
 def render(verdict: Verdict, failure_kind: str | None = None) -> PublicVerdict:
-    """The verdict rendered once, reading no file: its headline, report section and JUnit properties, and the
-    facts a conftest's ``pytest_aoti_verdict`` gets. Everything pytest-aoti shows of a verdict is read from this."""
+    """The verdict rendered once, reading no file: its headline, report section and the facts a conftest's
+    ``pytest_aoti_verdict`` gets, from which :func:`junit_properties` writes JUnit's. Everything pytest-aoti shows
+    of a verdict is read from this."""
     head = headline(verdict)
     first = verdict.first
-    source = source_line(verdict)
     failed, total = verdict.rerun_counts
-    diverged = verdict.numerics.diverged if verdict.numerics is not None else None
+    nonfinite, numerics, minified = verdict.first_nonfinite, verdict.numerics, verdict.minified
     return PublicVerdict(
         nodeid=verdict.nodeid,
         failure_kind=failure_kind,
         headline=head,
-        text=_section(verdict, head),
-        rerun_outcome=first.describe() if first is not None else "not rerun",
+        details="\n".join(_section(verdict)),
+        rerun_outcome=first.describe() if first is not None else None,
         not_rerun=verdict.not_rerun,
         reproduced=verdict.reproduced,
         reproduction=verdict.reproduction,
         flaky=0 < failed < total,
         suspect_kernel=verdict.suspect_kernel,
-        first_nonfinite_kernel=(verdict.first_nonfinite.kernel or "model input") if verdict.first_nonfinite else None,
-        first_nonfinite_buffer=verdict.first_nonfinite.arg if verdict.first_nonfinite else None,
-        first_divergent_kernel=(diverged.kernel if diverged else "none") if verdict.numerics is not None else None,
-        source_line=source,
-        signal=first.signal_name if first is not None else None,
-        reproduce=first.reproduce if first is not None else "",
+        first_nonfinite_kernel=(nonfinite.kernel or "model input") if nonfinite is not None else None,
+        first_nonfinite_buffer=nonfinite.arg if nonfinite is not None else None,
+        numerics=divergence(numerics, _at(verdict, "divergent")) if numerics is not None else None,
+        first_divergent_kernel=numerics.diverged.kernel if numerics is not None and numerics.diverged else None,
+        sanitizer=verdict.sanitizer.describe() if verdict.sanitizer is not None else None,
+        minified=_minified_property(minified) if minified is not None else None,
+        source_line=source_line(verdict),
+        signal=(first.signal_name or None) if first is not None else None,
+        reproduce=first.reproduce if first is not None else None,
         bundle=verdict.bundle,
-        properties=tuple((name, str(value)) for name, value in _properties(verdict, head, source)),
     )
+
+
+def _minified_property(result: MinifyResult) -> str | None:
+    if result.nodes_after is None:
+        return None
+    return f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}"
 
 
 def section_text(verdict: Verdict) -> str:
@@ -356,9 +364,9 @@ def section_text(verdict: Verdict) -> str:
     return render(verdict).text
 
 
-def _section(verdict: Verdict, head: str) -> str:
-    lines = [f"verdict: {head}"]
-    lines += [_stage_line(run) for run in verdict.stages]
+def _section(verdict: Verdict) -> list[str]:
+    """The report section's lines below its headline's."""
+    lines = [_stage_line(run) for run in verdict.stages]
     if verdict.seconds is not None and verdict.stages:
         lines.append(f"debug stages: {verdict.seconds:.1f} s in all")
     lines += verdict.notes
@@ -410,7 +418,7 @@ def _section(verdict: Verdict, head: str) -> str:
         lines.append("")
         lines.append(f"--- log of stage {run.label} (trimmed) ---")
         lines.append(log)
-    return "\n".join(lines)
+    return lines
 
 
 def _nonfinite_lines(verdict: Verdict) -> list[str]:
@@ -428,42 +436,38 @@ def _nonfinite_lines(verdict: Verdict) -> list[str]:
 
 
 def user_properties(verdict: Verdict) -> list[tuple[str, str]]:
-    """The JUnit properties of a verdict (:func:`render`'s ``properties``)."""
-    return list(render(verdict).properties)
+    """The JUnit properties of a verdict."""
+    return junit_properties(render(verdict))
 
 
-def _properties(verdict: Verdict, head: str, source: str | None) -> list[tuple[str, object]]:
-    first = verdict.first
-    properties: list[tuple[str, object]] = [
-        (records.RERUN_OUTCOME_PROPERTY, first.describe() if first is not None else "not rerun"),
-        (records.VERDICT_PROPERTY, head),
+def junit_properties(rendered: PublicVerdict) -> list[tuple[str, str]]:
+    """The JUnit properties of a rendered verdict, in order, each read off its one field."""
+    optional = (
+        (records.SUSPECT_KERNEL_PROPERTY, rendered.suspect_kernel),
+        (records.FIRST_NONFINITE_KERNEL_PROPERTY, rendered.first_nonfinite_kernel),
+        (records.FIRST_NONFINITE_BUFFER_PROPERTY, rendered.first_nonfinite_buffer),
+        (records.SIGNAL_PROPERTY, rendered.signal),
+        (records.REPRODUCE_PROPERTY, rendered.reproduce),
+        (records.BUNDLE_PROPERTY, str(rendered.bundle) if rendered.bundle is not None else None),
+        (records.SANITIZER_PROPERTY, rendered.sanitizer),
+        (records.MINIFIED_PROPERTY, rendered.minified),
+        # "none": stage numerics compared, and no kernel diverged.
+        (records.FIRST_DIVERGENT_KERNEL_PROPERTY, _divergent_property(rendered)),
+        (records.REPRODUCED_PROPERTY, rendered.reproduction),
+        (records.SOURCE_PROPERTY, rendered.source_line),
+    )
+    return [
+        (records.RERUN_OUTCOME_PROPERTY, rendered.rerun_outcome or "not rerun"),
+        (records.VERDICT_PROPERTY, rendered.headline),
+        *((name, value) for name, value in optional if value is not None),
     ]
-    if verdict.suspect_kernel:
-        properties.append((records.SUSPECT_KERNEL_PROPERTY, verdict.suspect_kernel))
-    if verdict.first_nonfinite is not None:
-        properties.append((records.FIRST_NONFINITE_KERNEL_PROPERTY, verdict.first_nonfinite.kernel or "model input"))
-        properties.append((records.FIRST_NONFINITE_BUFFER_PROPERTY, verdict.first_nonfinite.arg))
-    if first is not None and first.signal_name:
-        properties.append((records.SIGNAL_PROPERTY, first.signal_name))
-    if first is not None:
-        properties.append((records.REPRODUCE_PROPERTY, first.reproduce))
-    if verdict.bundle is not None:
-        properties.append((records.BUNDLE_PROPERTY, str(verdict.bundle)))
-    if verdict.sanitizer is not None:
-        properties.append((records.SANITIZER_PROPERTY, verdict.sanitizer.describe()))
-    if verdict.minified is not None and verdict.minified.nodes_after is not None:
-        result = verdict.minified
-        properties.append(
-            (records.MINIFIED_PROPERTY, f"{result.nodes_before} -> {result.nodes_after} nodes: {result.repro}")
-        )
-    if verdict.numerics is not None:
-        found = verdict.numerics.diverged
-        properties.append((records.FIRST_DIVERGENT_KERNEL_PROPERTY, found.kernel if found else "none"))
-    if verdict.reproduction is not None:
-        properties.append((records.REPRODUCED_PROPERTY, verdict.reproduction))
-    if source is not None:
-        properties.append((records.SOURCE_PROPERTY, source))
-    return properties
+
+
+def _divergent_property(rendered: PublicVerdict) -> str | None:
+    """Stage numerics' first divergent kernel, ``none`` where it compared and no kernel diverged."""
+    if rendered.numerics is None:
+        return None
+    return rendered.first_divergent_kernel or "none"
 
 
 def _needs(verdict: Verdict) -> str:
@@ -483,7 +487,7 @@ def _needs(verdict: Verdict) -> str:
 def verdict_record(rendered: PublicVerdict) -> VerdictSummary:
     """What a report carries of its rendered verdict for the terminal summary."""
     bundle = str(rendered.bundle) if rendered.bundle is not None else ""
-    return VerdictSummary(rendered.headline, reproduce=rendered.reproduce, bundle=bundle)
+    return VerdictSummary(rendered.headline, reproduce=rendered.reproduce or "", bundle=bundle)
 
 
 def summary_lines(nodeid: str, summary: VerdictSummary) -> list[str]:

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -64,14 +64,152 @@ FILTER_ENV = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
 # Stage numerics: every kernel's arguments saved before and after its launch, and the kernel -> graph node map.
 
 
-@dataclass
+@dataclass(frozen=True)
+class LogSignals:
+    """What a stage's log says stopped the package: the first line of each kind, or None."""
+
+    nan_assert: str | None = None
+    runtime_check: str | None = None
+    cuda_error: str | None = None
+    device_assert: str | None = None
+    bounds_check: str | None = None  # a CPU kernel's failed index check (the device-side assert's CPU twin)
+
+    @classmethod
+    def read(cls, log: str) -> LogSignals:
+        return cls(
+            nan_assert=kernel_log.nan_assert(log),
+            runtime_check=kernel_log.runtime_check_error(log),
+            cuda_error=kernel_log.cuda_error(log),
+            device_assert=kernel_log.device_assert(log),
+            bounds_check=kernel_log.bounds_check(log),
+        )
+
+
+@dataclass(frozen=True)
+class KernelsResult:
+    """Stage kernels' run and what its log said: the kernels launched, where the package was when it stopped, what
+    stopped it, and for a crash the pytest phase and the user's innermost Python frame."""
+
+    run: ChildRun
+    launches: tuple[kernel_log.Launch, ...]
+    died_in: str | None
+    last_completed: str | None
+    suspects: tuple[str, ...]  # the kernel that died (else the last that completed) and the one before it
+    signals: LogSignals
+    crashed_in: str | None = None
+    crash_frame: provenance.SourceLine | None = None
+
+    @classmethod
+    def read(cls, run: ChildRun) -> KernelsResult:
+        log = run.log
+        crashed = run.outcome is Outcome.CRASHED
+        return cls(
+            run=run,
+            launches=tuple(kernel_log.launches(log)),
+            died_in=kernel_log.died_in(log),
+            last_completed=kernel_log.last_completed(log),
+            suspects=kernel_log.suspect_kernels(log),
+            signals=LogSignals.read(log),
+            crashed_in=run.unreported_phase if crashed else None,
+            crash_frame=provenance.user_frame(kernel_log.crash_frames(log)) if crashed else None,
+        )
+
+    def launch_count(self, kernel: str, when: str) -> int:
+        return sum(1 for launch in self.launches if launch.kernel == kernel and launch.when == when)
+
+
+@dataclass(frozen=True)
+class TensorsResult:
+    """Stage tensors' run and what its log said: the printer's stats blocks, in order, and what stopped it."""
+
+    run: ChildRun
+    stats: tuple[kernel_log.TensorStats, ...]
+    signals: LogSignals
+
+    @classmethod
+    def read(cls, run: ChildRun) -> TensorsResult:
+        log = run.log
+        return cls(run=run, stats=tuple(kernel_log.tensor_stats(log)), signals=LogSignals.read(log))
+
+    def of(self, kernels: tuple[str, ...]) -> list[kernel_log.TensorStats]:
+        """The stats of ``kernels`` and of the model inputs: the log is read for the suspects only."""
+        return [block for block in self.stats if block.kernel in (None, *kernels)]
+
+
+@dataclass(frozen=True)
+class StageResults:
+    """What the stages said, once they ran: every run in order (the first stage's reruns included), stage numerics'
+    run, stage kernels' and stage tensors' readings of their logs, the sanitizer's error, the kernels stage tensors
+    was read for, and why a stage did not run."""
+
+    runs: tuple[ChildRun, ...] = ()
+    notes: tuple[str, ...] = ()
+    numerics: ChildRun | None = None
+    kernels: KernelsResult | None = None
+    tensors: TensorsResult | None = None
+    sanitizer: kernel_log.SanitizerError | None = None
+    suspects: tuple[str, ...] = ()
+
+    @property
+    def reproduced(self) -> bool:
+        return any(run.reproduced for run in self.runs)
+
+    @property
+    def signals(self) -> LogSignals:
+        """Stage kernels' signals, each completed by stage tensors' (which runs without the NaN asserts)."""
+        kernels = self.kernels.signals if self.kernels is not None else LogSignals()
+        tensors = self.tensors.signals if self.tensors is not None else LogSignals()
+        return LogSignals(
+            nan_assert=kernels.nan_assert or tensors.nan_assert,
+            runtime_check=kernels.runtime_check,
+            cuda_error=kernels.cuda_error or tensors.cuda_error,
+            device_assert=kernels.device_assert or tensors.device_assert,
+            bounds_check=kernels.bounds_check or tensors.bounds_check,
+        )
+
+    @property
+    def first_nonfinite(self) -> kernel_log.TensorStats | None:
+        """The first model input or suspect's output stage tensors' printer saw holding NaN/Inf."""
+        return kernel_log.first_nonfinite(self.tensors.of(self.suspects)) if self.tensors is not None else None
+
+    @property
+    def phase(self) -> str | None:
+        """The last pytest-aoti phase the verdict's run reached: stage kernels', else stage numerics', else stage
+        tensors'."""
+        main = self.kernels.run if self.kernels is not None else self.numerics
+        tensors = self.tensors.run.phase if self.tensors is not None else None
+        return (main.phase if main is not None else None) or tensors
+
+
+@dataclass(frozen=True)
+class MinifyOutcome:
+    """Stage minify's answer (None when it left none), its log, and why there is no answer."""
+
+    result: MinifyResult | None
+    log: Path | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class BundleFacts:
+    """What the repro bundle tells the verdict: the package's launches with the user's source lines (provenance
+    data, launch order), the bundle itself when it holds a ``repro.py``, and the custom ops that imports."""
+
+    source_root: Path  # where the user ran pytest: source files are shown relative to it
+    launches: tuple[provenance.KernelSource, ...] = ()
+    bundle: Path | None = None
+    custom_ops: tuple[tuple[str, str], ...] = ()  # (module, import root)
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """What the debug rerun found (or why there was none), read off the stages' logs."""
+    """What the debug rerun found (or why there was none), made once by :func:`make_verdict` from the stages'
+    results. Frozen: rendering reads it and nothing else, no file."""
 
     nodeid: str
-    stages: list[ChildRun] = field(default_factory=list)
+    stages: tuple[ChildRun, ...] = ()
     not_rerun: str | None = None  # why the test was not rerun at all
-    notes: list[str] = field(default_factory=list)  # stages not run, and why
+    notes: tuple[str, ...] = ()  # stages not run, and why
     died_in: str | None = None
     last_completed: str | None = None
     suspects: tuple[str, ...] = ()
@@ -81,7 +219,7 @@ class Verdict:
     cuda_error: str | None = None
     device_assert: str | None = None
     bounds_check: str | None = None  # a CPU kernel's failed index check (the device-side assert's CPU twin)
-    suspect_inputs: list[kernel_log.TensorStats] = field(default_factory=list)
+    suspect_inputs: tuple[kernel_log.TensorStats, ...] = ()
     phase: str | None = None
     bundle: Path | None = None  # the repro bundle, when the failing call got as far as the package
     sanitizer: kernel_log.SanitizerError | None = None
@@ -91,18 +229,15 @@ class Verdict:
     test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
     # The user's source lines of the kernels the verdict names, by role: "suspect" (died in or last completed),
     # "next" (the call after the last completed kernel, for a crash between kernels), "nonfinite", "divergent".
-    sources: dict[str, provenance.KernelSource] = field(default_factory=dict)
+    sources: Mapping[str, provenance.KernelSource] = field(default_factory=dict)
     source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
-    custom_ops: list[tuple[str, str]] = field(default_factory=list)  # (module, import root) repro.py imports
+    custom_ops: tuple[tuple[str, str], ...] = ()  # (module, import root) repro.py imports
     seconds: float | None = None  # the debug stages' wall time, all of them
     # A crash's innermost Python frame in the user's code (faulthandler's dump in stage kernels' log), with its line.
     crash_frame: provenance.SourceLine | None = None
     crashed_in: str | None = None  # the pytest phase (setup, call, teardown) stage kernels crashed in
     # Each stage's log, trimmed, in the order of ``stages``: read once the stages ran, so rendering reads no file.
-    trimmed_logs: list[str] = field(default_factory=list)
-
-    def read_logs(self) -> None:
-        self.trimmed_logs = [kernel_log.trim(run.log) for run in self.stages]
+    trimmed_logs: tuple[str, ...] = ()
 
     @property
     def reproduced(self) -> bool:
@@ -208,140 +343,129 @@ class Launcher(Protocol):
 
 @dataclass
 class StagePipeline:
-    """The debug stages of one failing test, in order, each run through ``launch``; what each found goes into
-    ``verdict``. ``launch`` is the one way a stage reaches a process, so the pipeline runs as well on a fake one."""
+    """The debug stages of one failing test, in order, each run through ``launch``: each stage's method returns
+    what its run said, and the runs and the notes on stages not run gather here for :meth:`results`. ``launch`` is
+    the one way a stage reaches a process, so the pipeline runs as well on a fake one."""
 
     launch: Launcher
     workdir: Path
     extra_env: Mapping[str, str]
     flaky_reruns: int = 0
-    verdict: Verdict = field(default_factory=lambda: Verdict(""))
+    runs: list[ChildRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     stopped: bool = False  # a stage timed out: later ones would hang the same way
 
     @property
     def bundle(self) -> Path:
         return self.workdir / "bundle"
 
+    def results(
+        self,
+        numerics: ChildRun | None,
+        kernels: KernelsResult | None,
+        tensors: TensorsResult | None,
+        suspects: tuple[str, ...],
+        sanitizer: kernel_log.SanitizerError | None = None,
+    ) -> StageResults:
+        """What the stages run so far said, frozen."""
+        return StageResults(tuple(self.runs), tuple(self.notes), numerics, kernels, tensors, sanitizer, suspects)
+
     def stage(self, name: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> ChildRun:
         """Run stage ``name``; the first stage runs again, up to ``flaky_reruns`` times, until it reproduces the
         failure (its package is cached by then), and records the failing call in the repro bundle."""
-        is_first_stage = not self.verdict.stages
+        is_first_stage = not self.runs
         attempt = 1
         while True:
             run_env = {**env, BUNDLE_ENV: str(self.bundle)} if is_first_stage else env
             run = self.launch(name, run_env, prefix, attempt).wait()
-            self.verdict.stages.append(run)
+            self.runs.append(run)
             if not is_first_stage or run.reproduced or attempt > self.flaky_reruns:
                 return run
             attempt += 1
 
-    def numerics(self, mismatch: bool) -> None:
+    def numerics(self, mismatch: bool) -> ChildRun | None:
         if not mismatch:
-            self.verdict.notes.append(
+            self.notes.append(
                 "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, and this failure "
                 "is not one"
             )
-            return
+            return None
         run = self.stage(Stage.NUMERICS, numerics_env(self.workdir / "numerics", self.extra_env))
-        self.verdict.phase = run.phase
-        self.verdict.numerics = run.finding
-        if self.verdict.numerics is None and run.outcome is Outcome.FAILED:
-            self.verdict.notes.append(
-                "stage numerics found no mismatch to explain (the failure in this run was another)"
-            )
+        if run.finding is None and run.outcome is Outcome.FAILED:
+            self.notes.append("stage numerics found no mismatch to explain (the failure in this run was another)")
+        return run
 
-    def kernels(self, later_stages: bool) -> str:
-        """Stage kernels; returns its log."""
-        verdict = self.verdict
-        first = self.stage(Stage.KERNELS, kernels_env(self.extra_env))
-        log = first.log
-        verdict.phase = first.phase
-        verdict.died_in = kernel_log.died_in(log)
-        verdict.last_completed = kernel_log.last_completed(log)
-        verdict.nan_assert = kernel_log.nan_assert(log)
-        verdict.runtime_check = kernel_log.runtime_check_error(log)
-        verdict.cuda_error = kernel_log.cuda_error(log)
-        verdict.device_assert = kernel_log.device_assert(log)
-        verdict.bounds_check = kernel_log.bounds_check(log)
-        if first.outcome is Outcome.CRASHED:
-            verdict.crashed_in = first.unreported_phase
-            verdict.crash_frame = provenance.user_frame(kernel_log.crash_frames(log))
-        if first.outcome is Outcome.TIMED_OUT and later_stages:
+    def kernels(self, later_stages: bool) -> KernelsResult:
+        found = KernelsResult.read(self.stage(Stage.KERNELS, kernels_env(self.extra_env)))
+        if found.run.outcome is Outcome.TIMED_OUT and later_stages:
             self.stopped = True
-            verdict.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
-        return log
+            self.notes.append("later stages not run: stage kernels timed out, and they would hang the same way")
+        return found
 
     def start_tensors(self, kernels: tuple[str, ...]) -> Started:
         """Stage tensors, started beside stage kernels: printing ``kernels`` when the user named them, else every
         kernel (the suspects are not known yet)."""
         return self.launch(Stage.TENSORS, tensors_env(kernels, self.extra_env), (), 1)
 
-    def tensors(self, suspects: tuple[str, ...], started: Started | None) -> None:
-        """Stage tensors' stats of ``suspects``: from ``started`` when it ran beside stage kernels, else from a
-        child filtered to them."""
-        verdict = self.verdict
-        if started is not None:
-            second = started.wait()
-            verdict.stages.append(second)
-        else:
-            second = self.stage(Stage.TENSORS, tensors_env(suspects, self.extra_env))
-        log = second.log
-        stats = [block for block in kernel_log.tensor_stats(log) if block.kernel in (None, *suspects)]
-        verdict.first_nonfinite = kernel_log.first_nonfinite(stats)
-        if verdict.suspect_kernel is not None:
-            verdict.suspect_inputs = kernel_log.kernel_inputs(stats, verdict.suspect_kernel)
-        verdict.device_assert = verdict.device_assert or kernel_log.device_assert(log)
-        verdict.bounds_check = verdict.bounds_check or kernel_log.bounds_check(log)
-        verdict.nan_assert = verdict.nan_assert or kernel_log.nan_assert(log)
-        verdict.cuda_error = verdict.cuda_error or kernel_log.cuda_error(log)
-        verdict.phase = verdict.phase or second.phase
+    def tensors(self, suspects: tuple[str, ...], started: Started | None) -> TensorsResult:
+        """Stage tensors: from ``started`` when it ran beside stage kernels, else from a child filtered to
+        ``suspects``."""
+        if started is None:
+            return TensorsResult.read(self.stage(Stage.TENSORS, tensors_env(suspects, self.extra_env)))
+        run = started.wait()
+        self.runs.append(run)
+        return TensorsResult.read(run)
 
-    def sanitizer(self) -> None:
+    def sanitizer(self) -> kernel_log.SanitizerError | None:
         tool = sanitizer_path()
         if tool is None:
-            self.verdict.notes.append(
-                "stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)"
-            )
-            return
+            self.notes.append("stage sanitizer not run: compute-sanitizer is not on PATH (nor in /usr/local/cuda/bin)")
+            return None
         run = self.stage(Stage.SANITIZER, {**SANITIZER_ENV, **self.extra_env}, prefix=(tool, *SANITIZER_ARGS))
-        self.verdict.sanitizer = kernel_log.sanitizer_error(run.log)
+        return kernel_log.sanitizer_error(run.log)
 
-    def attach_bundle(self, source_root: Path, log: str) -> None:
-        """The user's source lines of the kernels, and the repro bundle with the stages' logs in it."""
-        verdict, bundle = self.verdict, self.bundle
-        verdict.source_root = source_root
+    def read_bundle(self, source_root: Path) -> BundleFacts:
+        """The repro bundle's facts, with the stages' logs copied into it."""
+        bundle = self.bundle
+        launches: tuple[provenance.KernelSource, ...] = ()
         if (bundle / "package.pt2").exists():
-            launches = provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle))
-            verdict.sources = kernel_sources(verdict, launches, log)
-        if (bundle / "repro.py").exists():
-            for run in verdict.stages:
-                if run.log_path.exists():
-                    shutil.copyfile(run.log_path, bundle / run.log_path.name)
-            verdict.bundle = bundle
-            verdict.custom_ops = custom_op_modules(bundle)
+            launches = tuple(provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle)))
+        if not (bundle / "repro.py").exists():
+            return BundleFacts(source_root, launches)
+        for run in self.runs:
+            if run.log_path.exists():
+                shutil.copyfile(run.log_path, bundle / run.log_path.name)
+        return BundleFacts(source_root, launches, bundle, tuple(custom_op_modules(bundle)))
 
 
 def debug_rerun(
-    config: pytest.Config, nodeid: str, *, test_path: Path | None, workdir: Path, request: DebugRequest, plan: Triage
+    config: pytest.Config,
+    nodeid: str,
+    *,
+    test_path: Path | None,
+    workdir: Path,
+    request: DebugRequest,
+    plan: Triage,
+    failure: str | None,
 ) -> Verdict:
     """Rerun ``nodeid`` through the stages triage chose (``plan``), as the test's marker and the session's options
-    ask (``request``), and read the verdict off the logs.
+    ask (``request``), and make the verdict of what they found; ``failure`` is the test's own kind of failure.
 
     A NaN/Inf failure widens the tensors stage to every launched kernel: a NaN propagates, so the last kernel is a
     poor suspect for where it was made. A first stage that does not reproduce the failure runs up to
     ``request.flaky_reruns`` more times (its package is cached by then): a flaky failure is told from one that needs
     the tests before it.
     """
-    timeout = request.timeout
-
-    start = functools.partial(start_child, config, nodeid, test_path=test_path, timeout=timeout, workdir=workdir)
+    start = functools.partial(
+        start_child, config, nodeid, test_path=test_path, timeout=request.timeout, workdir=workdir
+    )
 
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
         return start(stage=stage, env=env, capture=False, prefix=prefix, attempt=attempt)
 
-    pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns, Verdict(nodeid))
+    pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns)
     started = time.monotonic()
-    log = run_stages(
+    results = run_stages(
         pipeline,
         plan.stages,
         kernels=request.kernels,
@@ -349,12 +473,12 @@ def debug_rerun(
         nonfinite_failure=plan.nonfinite_failure,
         sanitizer_on_cuda_error=request.sanitizer_on_cuda_error,
     )
+    minify = None
     if Stage.MINIFY in plan.stages and not pipeline.stopped:
-        _minify(pipeline.verdict, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
-    pipeline.verdict.seconds = time.monotonic() - started
-    pipeline.attach_bundle(config.invocation_params.dir, log)
-    pipeline.verdict.read_logs()
-    return pipeline.verdict
+        minify = _minify(results, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
+    seconds = time.monotonic() - started
+    bundle = pipeline.read_bundle(config.invocation_params.dir)
+    return make_verdict(nodeid, results, minify=minify, bundle=bundle, seconds=seconds, failure=failure)
 
 
 def run_stages(
@@ -365,42 +489,87 @@ def run_stages(
     nonfinite_failure: bool,
     sanitizer_on_cuda_error: bool,
     mismatch: bool,
-) -> str:
+) -> StageResults:
     """Numerics, kernels, tensors and sanitizer, each when asked for and when what came before allows it; returns
-    stage kernels' log (empty without it). Stage tensors runs beside stage kernels when both are asked for."""
-    verdict = pipeline.verdict
-    if Stage.NUMERICS in stages:
-        pipeline.numerics(mismatch)
+    what they said. Stage tensors runs beside stage kernels when both are asked for."""
+    numerics = pipeline.numerics(mismatch) if Stage.NUMERICS in stages else None
     beside = pipeline.start_tensors(kernels) if {Stage.KERNELS, Stage.TENSORS} <= set(stages) else None
     try:
-        log = pipeline.kernels(later_stages=len(stages) > 1) if Stage.KERNELS in stages else ""
-        launched = tuple(dict.fromkeys(e.kernel for e in kernel_log.launches(log)))
-        suspects = kernels or (launched if nonfinite_failure else kernel_log.suspect_kernels(log))
-        verdict.suspects = suspects
-        reproduced = not verdict.stages or verdict.reproduced
+        ran = pipeline.kernels(later_stages=len(stages) > 1) if Stage.KERNELS in stages else None
+        launched = tuple(dict.fromkeys(launch.kernel for launch in ran.launches)) if ran is not None else ()
+        suspects = kernels or (launched if nonfinite_failure else ran.suspects if ran is not None else ())
+        reproduced = not pipeline.runs or any(run.reproduced for run in pipeline.runs)
+        tensors = None
         if beside is not None and not pipeline.stopped:
-            pipeline.tensors(suspects, beside)
+            tensors = pipeline.tensors(suspects, beside)
         elif Stage.TENSORS in stages and suspects and reproduced and not pipeline.stopped:
-            pipeline.tensors(suspects, None)
+            tensors = pipeline.tensors(suspects, None)
     finally:
         if beside is not None:
             beside.discard()  # stage kernels timed out (it would hang the same way), or this process is stopping
-    reproduced = not verdict.stages or verdict.reproduced
-    cuda_failure = verdict.cuda_error is not None or verdict.device_assert is not None
-    if (
-        (Stage.SANITIZER in stages or (sanitizer_on_cuda_error and cuda_failure))
-        and reproduced
-        and not pipeline.stopped
-    ):
-        pipeline.sanitizer()
-    return log
+    so_far = pipeline.results(numerics, ran, tensors, suspects)
+    cuda_failure = so_far.signals.cuda_error is not None or so_far.signals.device_assert is not None
+    wanted = Stage.SANITIZER in stages or (sanitizer_on_cuda_error and cuda_failure)
+    if not wanted or not (not so_far.runs or so_far.reproduced) or pipeline.stopped:
+        return so_far
+    sanitizer = pipeline.sanitizer()
+    return pipeline.results(numerics, ran, tensors, suspects, sanitizer)
+
+
+def make_verdict(
+    nodeid: str,
+    results: StageResults,
+    *,
+    minify: MinifyOutcome | None = None,
+    bundle: BundleFacts | None = None,
+    seconds: float | None = None,
+    failure: str | None = None,
+) -> Verdict:
+    """The verdict, made once the stages ran: from what each said (``results``), stage minify's answer, the repro
+    bundle, the stages' wall time (``seconds``) and the test's own kind of failure (``failure``)."""
+    kernels, tensors, signals = results.kernels, results.tensors, results.signals
+    facts = Verdict(
+        nodeid,
+        stages=results.runs,
+        notes=(*results.notes, *(() if minify is None or minify.note is None else (minify.note,))),
+        died_in=kernels.died_in if kernels is not None else None,
+        last_completed=kernels.last_completed if kernels is not None else None,
+        suspects=results.suspects,
+        first_nonfinite=results.first_nonfinite,
+        nan_assert=signals.nan_assert,
+        runtime_check=signals.runtime_check,
+        cuda_error=signals.cuda_error,
+        device_assert=signals.device_assert,
+        bounds_check=signals.bounds_check,
+        phase=results.phase,
+        bundle=bundle.bundle if bundle is not None else None,
+        sanitizer=results.sanitizer,
+        numerics=results.numerics.finding if results.numerics is not None else None,
+        minified=minify.result if minify is not None else None,
+        minify_log=minify.log if minify is not None else None,
+        source_root=bundle.source_root if bundle is not None else None,
+        custom_ops=bundle.custom_ops if bundle is not None else (),
+        seconds=seconds,
+        crash_frame=kernels.crash_frame if kernels is not None else None,
+        crashed_in=kernels.crashed_in if kernels is not None else None,
+        trimmed_logs=tuple(kernel_log.trim(run.log) for run in results.runs),
+    )
+    # What rests on the facts above: which kernel is the suspect (a crash while no kernel ran has none).
+    suspect = facts.suspect_kernel
+    inputs = tensors.of(results.suspects) if tensors is not None and suspect is not None else []
+    return replace(
+        facts,
+        suspect_inputs=tuple(kernel_log.kernel_inputs(inputs, suspect)) if suspect is not None else (),
+        sources=kernel_sources(facts, list(bundle.launches), kernels) if bundle is not None else {},
+        test_failure=failure_if_different(failure, facts),
+    )
 
 
 def kernel_sources(
-    verdict: Verdict, sources: list[provenance.KernelSource], log: str
+    verdict: Verdict, sources: list[provenance.KernelSource], kernels: KernelsResult | None
 ) -> dict[str, provenance.KernelSource]:
     """The launches the verdict names, found in the package's provenance data (launch order): a kernel launched
-    several times is matched by how often the kernels stage's log saw it launch."""
+    several times is matched by how often stage kernels (``kernels``) saw it launch."""
     found: dict[str, provenance.KernelSource] = {}
 
     def find(role: str, kernel: str, occurrence: int = 1) -> int | None:
@@ -409,10 +578,13 @@ def kernel_sources(
             found[role] = sources[index]
         return index
 
+    def count(kernel: str, when: str) -> int:
+        return kernels.launch_count(kernel, when) if kernels is not None else 0
+
     if verdict.died_in is not None:
-        find("suspect", verdict.died_in, _launch_count(log, verdict.died_in, "before"))
+        find("suspect", verdict.died_in, count(verdict.died_in, "before"))
     elif verdict.last_completed is not None and not verdict.crashed_after_run:
-        index = find("suspect", verdict.last_completed, _launch_count(log, verdict.last_completed, "after"))
+        index = find("suspect", verdict.last_completed, count(verdict.last_completed, "after"))
         # The call after it is the answer only for a crash between the two; in any other failure it never ran.
         if verdict.crashed_between_kernels and index is not None and index + 1 < len(sources):
             found["next"] = sources[index + 1]
@@ -425,29 +597,24 @@ def kernel_sources(
     return found
 
 
-def _launch_count(log: str, kernel: str, when: str) -> int:
-    return sum(1 for launch in kernel_log.launches(log) if launch.kernel == kernel and launch.when == when)
-
-
-def _minify_target(verdict: Verdict) -> str:
+def _minify_target(results: StageResults) -> str:
     """How a minified candidate must fail to count as the same failure."""
-    if any(run.outcome is Outcome.CRASHED for run in verdict.stages):
+    if any(run.outcome is Outcome.CRASHED for run in results.runs):
         return "crash"
-    if verdict.first_nonfinite is not None or verdict.nan_assert is not None:
+    if results.first_nonfinite is not None or results.signals.nan_assert is not None:
         return "nonfinite"
     return "error"
 
 
-def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mismatch: bool) -> None:
+def _minify(results: StageResults, bundle: Path, workdir: Path, *, budget: float, mismatch: bool) -> MinifyOutcome:
     """Stage minify: ``python -m pytest_aoti.debug.minify`` over the bundle, in its own process (it starts one per
     candidate); the result lands in ``bundle/minified``."""
     if mismatch:
-        verdict.notes.append("stage minify not run: a package-vs-eager mismatch needs eager to judge candidates")
-        return
-    if not (bundle / "exported_program.pt2").exists() or not verdict.reproduced:
-        verdict.notes.append("stage minify not run: no repro bundle of a reproduced failure to minify")
-        return
-    want = _minify_target(verdict)
+        return MinifyOutcome(
+            None, None, "stage minify not run: a package-vs-eager mismatch needs eager to judge candidates"
+        )
+    if not (bundle / "exported_program.pt2").exists() or not results.reproduced:
+        return MinifyOutcome(None, None, "stage minify not run: no repro bundle of a reproduced failure to minify")
     log_path = workdir / "minify.log"
     command = [
         sys.executable,
@@ -456,7 +623,7 @@ def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mis
         "pytest_aoti.debug.minify",
         str(bundle),
         "--want",
-        want,
+        _minify_target(results),
         "--budget",
         f"{budget:g}",
     ]
@@ -468,9 +635,8 @@ def _minify(verdict: Verdict, bundle: Path, workdir: Path, *, budget: float, mis
         )
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    verdict.minify_log = log_path
     try:
-        verdict.minified = MinifyResult.from_json((bundle / "minified" / MINIFY_RESULT).read_text())
+        return MinifyOutcome(MinifyResult.from_json((bundle / "minified" / MINIFY_RESULT).read_text()), log_path)
     except (OSError, ValueError, TypeError):
         how = "timed out" if timed_out else f"exited with {returncode}"
-        verdict.notes.append(f"stage minify {how} without a result (log: {log_path})")
+        return MinifyOutcome(None, log_path, f"stage minify {how} without a result (log: {log_path})")

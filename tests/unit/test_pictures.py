@@ -226,9 +226,7 @@ def test_records_and_properties_go_to_their_sections() -> None:
 def _gpu_verdict(tmp_path: Path, evidence: str, outcome: str, signal: str | None, *, nonfinite: bool) -> Verdict:
     """The verdict the debug stages give on a real H100 run's logs (docs/gpu-evidence), over a fake launcher."""
     script = {stage: [(outcome, signal, _stage_log(evidence, stage))] for stage in ("kernels", "tensors")}
-    pipeline = _pipeline(FakeLauncher(tmp_path, script), tmp_path)
-    _run(pipeline, ("kernels", "tensors"), nonfinite=nonfinite)
-    return pipeline.verdict
+    return _run(_pipeline(FakeLauncher(tmp_path, script), tmp_path), ("kernels", "tensors"), nonfinite=nonfinite)
 
 
 def test_a_gpu_device_assert_crash_gives_the_timeline_up_to_the_kernel_that_never_finished(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ the linear entry's second frame is inside torch, as ``nn.Linear``'s is."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import zipfile
@@ -13,7 +14,7 @@ from pytest_aoti.core.protocol import Outcome
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.reporting import headline, user_properties
-from pytest_aoti.debug.stages import Verdict, kernel_sources
+from pytest_aoti.debug.stages import KernelsResult, Verdict, kernel_sources
 
 TORCH_DIR = Path(importlib.util.find_spec("torch").origin).parent  # type: ignore[arg-type,union-attr]
 MODELS = "/work/suite/aoti_models.py"
@@ -98,9 +99,10 @@ def test_a_crash_between_kernels_names_the_next_calls_line(tmp_path: Path) -> No
         env_delta={},
         cwd=tmp_path,
     )
-    verdict = Verdict("t.py::test", stages=[run], last_completed=kernel_log.last_completed(log))
-    verdict.source_root = Path("/work/suite")
-    verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO)), log)
+    verdict = Verdict("t.py::test", stages=(run,), last_completed=kernel_log.last_completed(log))
+    launches = provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO))
+    sources = kernel_sources(verdict, launches, KernelsResult.read(run))
+    verdict = dataclasses.replace(verdict, source_root=Path("/work/suite"), sources=sources)
     expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
     assert f"the next call is aoti_torch_cpu_maybe_crash at {expected})" in headline(verdict)
     assert dict(user_properties(verdict))["aoti_source"] == f"aoti_torch_cpu_maybe_crash: at {expected}"
@@ -153,10 +155,14 @@ def test_a_failure_that_is_not_a_crash_points_at_the_last_kernel_not_the_call_af
         error="RuntimeError: run_func_( container_handle_, …",
     )
     verdict = Verdict(
-        "t.py::test", stages=[run], last_completed=kernel_log.last_completed(log), nan_assert="At least one NaN in buf0"
+        "t.py::test",
+        stages=(run,),
+        last_completed=kernel_log.last_completed(log),
+        nan_assert="At least one NaN in buf0",
     )
-    verdict.source_root = Path("/work/suite")
-    verdict.sources = kernel_sources(verdict, provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO)), log)
+    launches = provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO))
+    sources = kernel_sources(verdict, launches, KernelsResult.read(run))
+    verdict = dataclasses.replace(verdict, source_root=Path("/work/suite"), sources=sources)
     assert set(verdict.sources) == {"suspect"}
     expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
     assert dict(user_properties(verdict))["aoti_source"] == f"{kernel}: at {expected}"

@@ -3,6 +3,7 @@ reports and real log text (the logs come from docs/gpu-evidence, recorded on an 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +19,13 @@ from pytest_aoti.debug.provenance import SourceLine, user_frame
 from pytest_aoti.debug.reporting import (
     headline,
     isolated_reports,
+    junit_properties,
     render,
     section_text,
     user_properties,
     verdict_record,
 )
-from pytest_aoti.debug.stages import Verdict
+from pytest_aoti.debug.stages import KernelsResult, StageResults, Verdict, make_verdict
 from pytest_aoti.debug.triage import not_rerun_reason
 
 
@@ -53,14 +55,15 @@ CRASH_LOG = (
 
 def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV")
-    verdict = Verdict("t.py::test", stages=[run], died_in=kernel_log.died_in(CRASH_LOG), last_completed="k0")
+    # The analysis reads the log, once: rendering reads no file.
+    verdict = make_verdict("t.py::test", StageResults(runs=(run,), kernels=KernelsResult.read(run)))
+    assert (verdict.died_in, verdict.last_completed) == (kernel_log.died_in(CRASH_LOG), "k0")
     assert headline(verdict) == (
         "crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch); consistent (1 of 1 rerun)"
     )
     properties = dict(user_properties(verdict))
     assert properties["aoti_signal"] == "SIGSEGV" and properties["aoti_suspect_kernel"] == "k1"
     assert properties["aoti_reproduce"] == f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels python -u -m pytest tests"
-    verdict.read_logs()  # the analysis reads the logs; rendering reads no file
     run.log_path.unlink()
     section = section_text(verdict)
     assert "stage kernels (printer=None): crashed with SIGSEGV [1.5 s]" in section
@@ -74,7 +77,7 @@ def test_crash_in_a_kernel_names_the_kernel_and_the_signal(tmp_path: Path) -> No
 
 def test_a_crash_between_kernels_blames_the_code_between_them(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "crashed", signal_name="SIGABRT", phases=["run"])
-    verdict = Verdict("t.py::test", stages=[run], last_completed="k0", phase="run", crashed_in="call")
+    verdict = Verdict("t.py::test", stages=(run,), last_completed="k0", phase="run", crashed_in="call")
     assert "after kernel k0 completed and before the next kernel launched" in headline(verdict)
     assert dict(user_properties(verdict))["aoti_suspect_kernel"] == "k0"
 
@@ -113,7 +116,7 @@ def test_a_crash_while_no_kernel_ran_names_the_python_stack_not_a_kernel(
     frame = SourceLine(str(tmp_path / "conftest.py"), 12, "device", "torch.cuda.synchronize()")
     verdict = Verdict(
         "t.py::test",
-        stages=[run],
+        stages=(run,),
         last_completed="k0" if "ran" in phases else None,
         phase=phases[-1],
         crashed_in=crashed_in,
@@ -134,7 +137,7 @@ def test_a_crash_while_no_kernel_ran_names_the_python_stack_not_a_kernel(
 def test_a_crash_before_any_kernel_names_the_python_stack(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV")
     frame = SourceLine(str(tmp_path / "conftest.py"), 7, "data", "ctypes.string_at(0)")
-    verdict = Verdict("t.py::test", stages=[run], crashed_in="setup", crash_frame=frame, source_root=tmp_path)
+    verdict = Verdict("t.py::test", stages=(run,), crashed_in="setup", crash_frame=frame, source_root=tmp_path)
     assert headline(verdict) == (
         "crashed with SIGSEGV; the Python stack was at conftest.py:7 in data: ctypes.string_at(0); "
         "consistent (1 of 1 rerun)"
@@ -142,7 +145,7 @@ def test_a_crash_before_any_kernel_names_the_python_stack(tmp_path: Path) -> Non
 
 
 def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
-    verdict = Verdict("t.py::test", stages=[_run(tmp_path, "kernels", "passed")])
+    verdict = Verdict("t.py::test", stages=(_run(tmp_path, "kernels", "passed"),))
     assert headline(verdict).startswith("did not reproduce in isolation")
 
 
@@ -156,7 +159,7 @@ def test_a_run_that_passed_did_not_reproduce(tmp_path: Path) -> None:
 )
 def test_reruns_are_counted(tmp_path: Path, outcomes: tuple[str, ...], expected: str) -> None:
     runs = [_run(tmp_path, "kernels", outcome, attempt=n + 1) for n, outcome in enumerate(outcomes)]
-    verdict = Verdict("t.py::test", stages=runs)
+    verdict = Verdict("t.py::test", stages=tuple(runs))
     assert verdict.reproduction == expected
     assert dict(user_properties(verdict))["aoti_reproduced"] == expected
     if verdict.reproduced:
@@ -171,8 +174,7 @@ def test_a_vanished_log_degrades_the_verdict(tmp_path: Path) -> None:
     run = _run(tmp_path, "kernels", "error", error="the child exited with code 1 before reporting the test's result")
     run.log_path.unlink()
     assert run.log.startswith(f"(log missing: {run.log_path}")
-    verdict = Verdict("t.py::test", stages=[run])
-    verdict.read_logs()
+    verdict = make_verdict("t.py::test", StageResults(runs=(run,), kernels=KernelsResult.read(run)))
     assert "(log missing: " in section_text(verdict)
 
 
@@ -261,10 +263,10 @@ def test_a_device_assert_verdict_names_the_bad_input_value(tmp_path: Path) -> No
     )
     verdict = Verdict(
         "t.py::test",
-        stages=[run],
+        stages=(run,),
         died_in="triton_poi_fused_embedding_0",
         device_assert=kernel_log.device_assert(log),
-        suspect_inputs=kernel_log.kernel_inputs(stats, "triton_poi_fused_embedding_0"),
+        suspect_inputs=tuple(kernel_log.kernel_inputs(stats, "triton_poi_fused_embedding_0")),
     )
     assert [block.arg for block in verdict.suspect_inputs] == ["arg3_1", "arg0_1"]
     text = headline(verdict)
@@ -302,10 +304,10 @@ def test_a_cpu_bounds_check_verdict_names_the_bad_input_and_the_lookup_line(tmp_
     lookup = SourceLine("bert.py", 100, "forward", "inputs_embeds = self.word_embeddings(input_ids)")
     verdict = Verdict(
         "t.py::test",
-        stages=[_run(tmp_path, "kernels", "crashed", log=_CPU_ABORT_LOG, signal_name="SIGABRT")],
+        stages=(_run(tmp_path, "kernels", "crashed", log=_CPU_ABORT_LOG, signal_name="SIGABRT"),),
         died_in=kernel,
         bounds_check=kernel_log.bounds_check(_CPU_ABORT_LOG),
-        suspect_inputs=kernel_log.kernel_inputs(stats, kernel),
+        suspect_inputs=tuple(kernel_log.kernel_inputs(stats, kernel)),
         sources={"suspect": KernelSource(kernel, ("add_1", "embedding"), (add, lookup), (lookup,))},
     )
     text = headline(verdict)
@@ -318,15 +320,20 @@ def test_a_cpu_bounds_check_verdict_names_the_bad_input_and_the_lookup_line(tmp_
     assert text.endswith("kernel bounds check `index out of bounds: 0 <= tmp2 < 100`; consistent (1 of 1 rerun)")
     assert "kernel bounds check: index out of bounds: 0 <= tmp2 < 100" in section_text(verdict)
     # Without a failed index check, the kernel's lines keep their order.
-    verdict.bounds_check = None
+    verdict = dataclasses.replace(verdict, bounds_check=None)
     assert "at bert.py:105 in forward: embeddings = embeddings + position_embeddings" in headline(verdict)
 
 
 def test_a_nan_verdict_leads_with_the_nan_assert_not_the_wrapper_error(tmp_path: Path) -> None:
     evidence = (Path(__file__).parents[2] / "docs" / "gpu-evidence" / "nan_inside.txt").read_text()
     run = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, input_handles...")
-    verdict = Verdict("t.py::test", stages=[run], last_completed="k", nan_assert="At least one NaN in buf0")
-    verdict.first_nonfinite = kernel_log.first_nonfinite(kernel_log.tensor_stats(evidence))
+    verdict = Verdict(
+        "t.py::test",
+        stages=(run,),
+        last_completed="k",
+        nan_assert="At least one NaN in buf0",
+        first_nonfinite=kernel_log.first_nonfinite(kernel_log.tensor_stats(evidence)),
+    )
     # The kernel that made the NaN leads (issue 50 item 7), then the NaN assert instead of AOTI's wrapper error.
     assert headline(verdict).startswith(
         "first NaN/Inf in triton_poi_fused_add_log_mul_0 (buf0 after launch, mean nan); "
@@ -356,7 +363,7 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     crashed = _run(tmp_path, "kernels", "crashed", signal_name="SIGSEGV")
 
     def rerun(run: ChildRun, **found: object) -> Verdict:
-        return Verdict("t.py::test", stages=[run], **found)  # type: ignore[arg-type]
+        return Verdict("t.py::test", stages=(run,), **found)  # type: ignore[arg-type]
 
     assert failure_if_different("mismatch", rerun(errored)) == "mismatch"
     assert failure_if_different("crash", rerun(crashed)) is None
@@ -378,10 +385,10 @@ def test_a_rerun_that_fails_another_way_says_it_is_not_the_tests_failure(
     assert failure_if_different("output_nonfinite", rerun(wrapped, nan_assert="At least one NaN in buf0")) is None
     # The NaN asserts of stage kernels stop at the NaN the test found in an output: the same failure.
     assert failure_kind(RuntimeError("At least one NaN in buf4")) == "output_nonfinite"
-    verdict = Verdict("t.py::test", stages=[errored], test_failure="output_nonfinite")
+    verdict = Verdict("t.py::test", stages=(errored,), test_failure="output_nonfinite")
     assert "(it failed with an output nonfinite error)" in headline(verdict)
-    assert "it failed with another error" in headline(Verdict("t.py::test", stages=[errored], test_failure="other"))
-    verdict = Verdict("t.py::test", stages=[errored], test_failure="mismatch")
+    assert "it failed with another error" in headline(Verdict("t.py::test", stages=(errored,), test_failure="other"))
+    verdict = Verdict("t.py::test", stages=(errored,), test_failure="mismatch")
     assert "not the test's failure (it failed with a mismatch error): this explains the rerun's" in headline(verdict)
 
 
@@ -390,15 +397,13 @@ def test_a_verdict_is_rendered_once_into_a_frozen_public_record(
 ) -> None:
     """The headline is computed once per rendering; the report section, the JUnit properties and the summary
     record all carry that one string; the public record is frozen and holds the facts a conftest files."""
-    import dataclasses
-
     from pytest_aoti.debug import reporting
 
     runs = [
         _run(tmp_path, "kernels", "passed"),
         _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV", attempt=2),
     ]
-    verdict = Verdict("t.py::test", stages=runs, died_in="k1", last_completed="k0")
+    verdict = Verdict("t.py::test", stages=tuple(runs), died_in="k1", last_completed="k0")
     calls = []
     real_headline = reporting.headline
 
@@ -410,20 +415,22 @@ def test_a_verdict_is_rendered_once_into_a_frozen_public_record(
     rendered = render(verdict, "crash")
     assert calls == ["t.py::test"]
     assert rendered.text.startswith(f"verdict: {rendered.headline}\n")
-    assert dict(rendered.properties)["aoti_verdict"] == rendered.headline
+    assert dict(junit_properties(rendered))["aoti_verdict"] == rendered.headline
     assert verdict_record(rendered).headline == rendered.headline
     assert (rendered.failure_kind, rendered.suspect_kernel, rendered.signal) == ("crash", "k1", "SIGSEGV")
     assert rendered.reproduced and rendered.flaky and rendered.reproduction == "flaky (1 of 2 reruns)"
-    assert rendered.reproduce.startswith(f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels")
+    assert rendered.reproduce is not None and rendered.reproduce.startswith(
+        f"cd {tmp_path} && PYTEST_AOTI_CHILD=kernels"
+    )
     assert rendered.not_rerun is None and rendered.bundle is None and rendered.first_divergent_kernel is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         rendered.headline = "changed"  # type: ignore[misc]
     not_rerun = render(Verdict("t.py::test", not_rerun="setup failed"))
-    assert (not_rerun.headline, not_rerun.rerun_outcome, not_rerun.reproduce) == (
-        "not rerun: setup failed",
-        "not rerun",
-        "",
-    )
+    assert (not_rerun.headline, not_rerun.rerun_outcome, not_rerun.reproduce) == ("not rerun: setup failed", None, None)
+    assert junit_properties(not_rerun) == [
+        ("aoti_rerun_outcome", "not rerun"),
+        ("aoti_verdict", "not rerun: setup failed"),
+    ]
 
 
 def _nan_stats(kernel: str, arg: str) -> kernel_log.TensorStats:
@@ -434,8 +441,9 @@ def test_a_crash_leads_with_where_it_crashed_even_after_a_nan(tmp_path: Path) ->
     """A NaN seen before a crash (a NaN index, say) follows the crash's kernel: the headline leads with the NaN's
     kernel only when the rerun failed on it."""
     run = _run(tmp_path, "kernels", "crashed", log=CRASH_LOG, signal_name="SIGSEGV")
-    verdict = Verdict("t.py::test", stages=[run], died_in="k1", last_completed="k0")
-    verdict.first_nonfinite = _nan_stats("k0", "buf0")
+    verdict = Verdict(
+        "t.py::test", stages=(run,), died_in="k1", last_completed="k0", first_nonfinite=_nan_stats("k0", "buf0")
+    )
     assert headline(verdict).startswith("crashed with SIGSEGV; in kernel k1 (before_launch with no after_launch); ")
     assert "; first NaN/Inf in k0 (buf0 after launch, mean nan); " in headline(verdict)
 
@@ -444,9 +452,12 @@ def test_a_nan_assert_with_no_nan_in_the_printers_stats_says_they_disagree(tmp_p
     kernels = _run(tmp_path, "kernels", "failed", error="RuntimeError: run_func_( container_handle_, …")
     tensors = _run(tmp_path, "tensors", "failed", error="AOTIInvariantError: output 0: nonfinite invariant violated")
     verdict = Verdict(
-        "t.py::test", stages=[kernels, tensors], last_completed="k1", nan_assert="At least one NaN in buf3"
+        "t.py::test",
+        stages=(kernels, tensors),
+        last_completed="k1",
+        nan_assert="At least one NaN in buf3",
+        suspects=("k0", "k1"),
     )
-    verdict.suspects = ("k0", "k1")
     disagreement = (
         "the NaN assert and the printer disagree: the assert names buf3, the printer saw no NaN/Inf in the kernels "
         "it printed (k0, k1)"
@@ -456,5 +467,35 @@ def test_a_nan_assert_with_no_nan_in_the_printers_stats_says_they_disagree(tmp_p
     )
     assert disagreement in section_text(verdict).splitlines()
     # The same buffer in both: nothing to say.
-    verdict.first_nonfinite = _nan_stats("k1", "buf3")
-    assert "disagree" not in section_text(verdict)
+    assert "disagree" not in section_text(dataclasses.replace(verdict, first_nonfinite=_nan_stats("k1", "buf3")))
+
+
+def test_the_public_verdict_lives_with_the_hooks_and_holds_each_fact_once(tmp_path: Path) -> None:
+    """Issue 53 item 5: the record ``pytest_aoti_verdict`` hands out carries no copy of its own fields (JUnit's
+    properties are written from it; its report section is its headline's line and ``details``), and an absent
+    value is None: stage numerics that compared and found no divergent kernel is None there, ``none`` in JUnit."""
+    from pytest_aoti.core.protocol import Finding
+    from pytest_aoti.hookspecs import PublicVerdict
+
+    names = {field.name for field in dataclasses.fields(PublicVerdict)}
+    assert not {"properties", "text"} & names
+    run = _run(tmp_path, "numerics", "failed", error="AOTIMismatchError: output 0 differs")
+    finding = Finding(diverged=None, launches=3, compared=3, noise="1e-06")
+    rendered = render(Verdict("t.py::test", stages=(run,), numerics=finding), "mismatch")
+    assert isinstance(rendered, PublicVerdict) and rendered.first_divergent_kernel is None
+    assert rendered.numerics is not None and rendered.numerics.startswith("no kernel diverged from eager")
+    properties = junit_properties(rendered)
+    assert dict(properties)["aoti_first_divergent_kernel"] == "none"
+    assert rendered.text == f"verdict: {rendered.headline}\n{rendered.details}"
+    assert rendered.headline not in rendered.details
+    # Each property is one field's value, in the order JUnit consumers have read them.
+    assert [name for name, _ in properties] == [
+        "aoti_rerun_outcome",
+        "aoti_verdict",
+        "aoti_reproduce",
+        "aoti_first_divergent_kernel",
+        "aoti_reproduced",
+    ]
+    from pytest_aoti.debug import verdict as old_home
+
+    assert old_home.PublicVerdict is PublicVerdict  # conftests that annotate with it keep importing it

@@ -12,7 +12,7 @@ import pytest
 from pytest_aoti.core.protocol import Event, Outcome, ProtocolError, decode_events, encode_event
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.reporting import headline
-from pytest_aoti.debug.stages import StagePipeline, Verdict, run_stages
+from pytest_aoti.debug.stages import StagePipeline, StageResults, Verdict, make_verdict, run_stages
 
 EVIDENCE = Path(__file__).parents[2] / "docs" / "gpu-evidence"
 
@@ -76,7 +76,7 @@ class FakeLauncher:
 
 
 def _pipeline(launcher: FakeLauncher, tmp_path: Path, flaky_reruns: int = 2) -> StagePipeline:
-    return StagePipeline(launcher, tmp_path, {}, flaky_reruns, Verdict("test_user.py::test_embedding"))
+    return StagePipeline(launcher, tmp_path, {}, flaky_reruns)
 
 
 def _run(
@@ -87,8 +87,9 @@ def _run(
     nonfinite: bool = False,
     sanitizer_on_cuda_error: bool = False,
     mismatch: bool = False,
-) -> None:
-    run_stages(
+) -> Verdict:
+    """The verdict of the stages' results, as the debug rerun makes it."""
+    results = run_stages(
         pipeline,
         stages,
         kernels=kernels,
@@ -96,6 +97,7 @@ def _run(
         sanitizer_on_cuda_error=sanitizer_on_cuda_error,
         mismatch=mismatch,
     )
+    return make_verdict("test_user.py::test_embedding", results)
 
 
 def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) -> None:
@@ -107,9 +109,9 @@ def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) ->
         },
     )
     pipeline = _pipeline(launcher, tmp_path)
-    _run(pipeline, ("kernels", "tensors"))
+    verdict = _run(pipeline, ("kernels", "tensors"))
     # The GPU run's verdict, less the source line (that comes from the repro bundle's package, not from the logs).
-    assert headline(pipeline.verdict) == (
+    assert headline(verdict) == (
         "crashed with SIGABRT; in kernel triton_poi_fused_embedding_mul_0 (before_launch with no after_launch); bad "
         "input arg1_1 (min 5000, max 5000, mean 5000, size [4, 8]) into triton_poi_fused_embedding_mul_0: outside "
         "the asserted range [0, 100); device-side assert `index out of bounds: 0 <= tmp4 < 100`; consistent (2 of 2 "
@@ -120,7 +122,7 @@ def test_the_embedding_assert_logs_give_the_bad_value_verdict(tmp_path: Path) ->
     (_, _, tensors_env), (_, _, kernels_env) = launcher.launched
     assert tensors_env["AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"] == "2"
     assert "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT" not in tensors_env
-    assert pipeline.verdict.suspects == ("triton_poi_fused_embedding_mul_0",)
+    assert verdict.suspects == ("triton_poi_fused_embedding_mul_0",)
     assert "PYTEST_AOTI_BUNDLE_DIR" in kernels_env and "PYTEST_AOTI_BUNDLE_DIR" not in tensors_env
 
 
@@ -128,10 +130,10 @@ def test_a_first_stage_that_passes_then_fails_is_called_flaky(tmp_path: Path) ->
     crash = _stage_log("ima_marked_plain.txt", "kernels")
     launcher = FakeLauncher(tmp_path, {"kernels": [("passed", None, "1 passed"), ("crashed", "SIGABRT", crash)]})
     pipeline = _pipeline(launcher, tmp_path)
-    _run(pipeline, ("kernels",))
+    verdict = _run(pipeline, ("kernels",))
     assert [(stage, attempt) for stage, attempt, _ in launcher.launched] == [("kernels", 1), ("kernels", 2)]
-    assert pipeline.verdict.reproduction == "flaky (1 of 2 reruns)"
-    assert pipeline.verdict.died_in == "gather_shift_kernel_0"
+    assert verdict.reproduction == "flaky (1 of 2 reruns)"
+    assert verdict.died_in == "gather_shift_kernel_0"
     # Every run of the first stage records the failing call.
     assert all("PYTEST_AOTI_BUNDLE_DIR" in env for _, _, env in launcher.launched)
 
@@ -140,29 +142,29 @@ def test_a_failure_that_never_comes_back_stops_after_its_reruns(tmp_path: Path) 
     passed = ("passed", None, "1 passed")
     launcher = FakeLauncher(tmp_path, {"kernels": [passed] * 3, "tensors": [passed]})
     pipeline = _pipeline(launcher, tmp_path)
-    _run(pipeline, ("kernels", "tensors"))
+    verdict = _run(pipeline, ("kernels", "tensors"))
     # Stage tensors ran once, beside the first run of stage kernels; only the first stage runs again.
     assert [stage for stage, _, _ in launcher.launched] == ["tensors"] + ["kernels"] * 3
-    assert pipeline.verdict.reproduction == "did not reproduce (0 of 4 reruns)"
+    assert verdict.reproduction == "did not reproduce (0 of 4 reruns)"
 
 
 def test_a_timed_out_kernels_stage_stops_the_stages_after_it(tmp_path: Path) -> None:
     crash = _stage_log("ima_marked_plain.txt", "kernels")
     launcher = FakeLauncher(tmp_path, {"kernels": [("timed out", None, crash)], "tensors": [("timed out", None, "")]})
     pipeline = _pipeline(launcher, tmp_path)
-    _run(pipeline, ("kernels", "tensors", "sanitizer"), sanitizer_on_cuda_error=True)
+    verdict = _run(pipeline, ("kernels", "tensors", "sanitizer"), sanitizer_on_cuda_error=True)
     # Stage tensors, started beside it, is stopped with it: no sanitizer either.
     assert [stage for stage, _, _ in launcher.launched] == ["tensors", "kernels"]
-    assert [run.stage for run in pipeline.verdict.stages] == ["kernels"]
+    assert [run.stage for run in verdict.stages] == ["kernels"]
     assert pipeline.stopped
-    assert "later stages not run: stage kernels timed out, and they would hang the same way" in pipeline.verdict.notes
+    assert "later stages not run: stage kernels timed out, and they would hang the same way" in verdict.notes
 
 
 @pytest.mark.parametrize("mismatch", [True, False])
 def test_stage_numerics_runs_only_for_a_mismatch(tmp_path: Path, mismatch: bool) -> None:
     launcher = FakeLauncher(tmp_path, {"numerics": [("failed", None, "1 failed")]})
     pipeline = _pipeline(launcher, tmp_path)
-    _run(pipeline, ("numerics",), mismatch=mismatch)
+    verdict = _run(pipeline, ("numerics",), mismatch=mismatch)
     assert [stage for stage, _, _ in launcher.launched] == (["numerics"] if mismatch else [])
     expected_note = (
         "stage numerics found no mismatch to explain (the failure in this run was another)"
@@ -170,7 +172,7 @@ def test_stage_numerics_runs_only_for_a_mismatch(tmp_path: Path, mismatch: bool)
         else "stage numerics not run: it explains a package-vs-eager mismatch from aoti_check, and this failure is "
         "not one"
     )
-    assert pipeline.verdict.notes == [expected_note]
+    assert verdict.notes == (expected_note,)
 
 
 def test_the_report_stream_is_named_events_and_an_unknown_one_is_an_error() -> None:
@@ -224,19 +226,19 @@ def test_each_stage_combination_launches_what_it_needs(
         {"kernels": [KERNELS_CRASH], "tensors": [TENSORS_CRASH], "sanitizer": [("crashed", "SIGABRT", "")]},
     )
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    _run(pipeline, stages, kernels=kernels)
+    verdict = _run(pipeline, stages, kernels=kernels)
     assert [stage for stage, _, _ in launcher.launched] == launched
     if "kernels" in launched:
-        assert pipeline.verdict.suspect_kernel == "k1"
+        assert verdict.suspect_kernel == "k1"
     if "tensors" in launched:
         _, _, env = next(entry for entry in launcher.launched if entry[0] == "tensors")
         # Filtered at codegen to the kernels the user named, else printing every kernel.
         assert env.get("AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT") == ("k1" if kernels else None)
     if "kernels" in launched and "tensors" in launched and not kernels:
         # The one that never finished first, then the last that did (a kernel may read what the one before wrote).
-        assert pipeline.verdict.suspects == ("k1", "k0")
+        assert verdict.suspects == ("k1", "k0")
     if note is not None:
-        assert any(line.startswith(note) for line in pipeline.verdict.notes), pipeline.verdict.notes
+        assert any(line.startswith(note) for line in verdict.notes), verdict.notes
 
 
 def _stats(when: str, kernel: str, arg: str, value: str) -> str:
@@ -254,19 +256,19 @@ EVERY_KERNEL = (
 def test_a_crash_reads_stage_tensors_for_its_suspects_only(tmp_path: Path) -> None:
     launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [EVERY_KERNEL]})
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    _run(pipeline, ("kernels", "tensors"))
-    assert pipeline.verdict.suspects == ("k1", "k0")
-    assert pipeline.verdict.first_nonfinite is not None and pipeline.verdict.first_nonfinite.kernel == "k0"
-    assert [block.arg for block in pipeline.verdict.suspect_inputs] == ["buf0"]
+    verdict = _run(pipeline, ("kernels", "tensors"))
+    assert verdict.suspects == ("k1", "k0")
+    assert verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel == "k0"
+    assert [block.arg for block in verdict.suspect_inputs] == ["buf0"]
 
 
 def test_a_nan_widens_stage_tensors_to_every_launched_kernel(tmp_path: Path) -> None:
     kernels_log = "[ before_launch: k0 ]\n[ after_launch: k0 ]\n[ before_launch: k1 ]\n[ after_launch: k1 ]\n"
     launcher = FakeLauncher(tmp_path, {"kernels": [("failed", None, kernels_log)], "tensors": [EVERY_KERNEL]})
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    _run(pipeline, ("kernels", "tensors"), nonfinite=True)
-    assert pipeline.verdict.suspects == ("k0", "k1")
-    assert pipeline.verdict.first_nonfinite is not None and pipeline.verdict.first_nonfinite.kernel == "k0"
+    verdict = _run(pipeline, ("kernels", "tensors"), nonfinite=True)
+    assert verdict.suspects == ("k0", "k1")
+    assert verdict.first_nonfinite is not None and verdict.first_nonfinite.kernel == "k0"
 
 
 def test_stage_tensors_log_is_read_for_the_suspects_only(tmp_path: Path) -> None:
@@ -274,10 +276,10 @@ def test_stage_tensors_log_is_read_for_the_suspects_only(tmp_path: Path) -> None
     only_k1_crashes = ("crashed", "SIGABRT", "[ before_launch: k1 ]\n")
     launcher = FakeLauncher(tmp_path, {"kernels": [only_k1_crashes], "tensors": [EVERY_KERNEL]})
     pipeline = _pipeline(launcher, tmp_path, flaky_reruns=0)
-    _run(pipeline, ("kernels", "tensors"))
-    assert pipeline.verdict.suspects == ("k1",)
-    assert pipeline.verdict.first_nonfinite is not None
-    assert (pipeline.verdict.first_nonfinite.kernel, pipeline.verdict.first_nonfinite.arg) == ("k1", "buf1")
+    verdict = _run(pipeline, ("kernels", "tensors"))
+    assert verdict.suspects == ("k1",)
+    assert verdict.first_nonfinite is not None
+    assert (verdict.first_nonfinite.kernel, verdict.first_nonfinite.arg) == ("k1", "buf1")
 
 
 @pytest.mark.parametrize(
@@ -449,7 +451,7 @@ def _provenance_package(path: Path, model: str, tensors_log: str, model_file: Pa
 
 def _cuda_nan_verdict(tmp_path: Path, model: str, stages: tuple[str, ...], kernels_log: str | None = None) -> Verdict:
     """The verdict the stage pipeline makes of the recorded logs of ``model``, with the source lines a repro bundle
-    would give it (read by the same ``attach_bundle`` the stages call)."""
+    would give it (read by the same ``read_bundle`` the debug rerun calls)."""
     kernels_log = kernels_log or (CUDA_NAN / f"{model}_kernels.log").read_text()
     tensors_log = (CUDA_NAN / f"{model}_tensors.log").read_text()
     launcher = FakeLauncher(
@@ -457,21 +459,23 @@ def _cuda_nan_verdict(tmp_path: Path, model: str, stages: tuple[str, ...], kerne
         {"kernels": [("failed", None, kernels_log)], "tensors": [("failed", None, tensors_log)]},
         errors={"kernels": RUN_FUNC_ERROR, "tensors": RUN_FUNC_ERROR},
     )
-    pipeline = StagePipeline(launcher, tmp_path, {}, 0, Verdict(f"test_deepnan.py::test_{model}_nan"))
-    run_stages(pipeline, stages, kernels=(), nonfinite_failure=True, sanitizer_on_cuda_error=False, mismatch=False)
+    pipeline = StagePipeline(launcher, tmp_path, {}, 0)
+    results = run_stages(
+        pipeline, stages, kernels=(), nonfinite_failure=True, sanitizer_on_cuda_error=False, mismatch=False
+    )
     model_file = tmp_path / "test_deepnan.py"
     model_file.write_text((CUDA_NAN / "test_deepnan.py.txt").read_text())
     pipeline.bundle.mkdir()
     _provenance_package(pipeline.bundle / "package.pt2", model, tensors_log, model_file)
-    pipeline.attach_bundle(tmp_path, kernels_log)
-    return pipeline.verdict
+    bundle = pipeline.read_bundle(tmp_path)
+    return make_verdict(f"test_deepnan.py::test_{model}_nan", results, bundle=bundle)
 
 
 def test_the_deep_cuda_nan_is_blamed_on_the_kernel_that_wrote_it_everywhere(tmp_path: Path) -> None:
     """The printer writes a scalar argument's line with a literal backslash-n: the header of buf21's stats (the
     log's output) shared a line with it, and the first non-finite block the parser saw was the next matmul's."""
     from pytest_aoti.debug.figures import timeline
-    from pytest_aoti.debug.reporting import render, summary_lines, verdict_record
+    from pytest_aoti.debug.reporting import junit_properties, render, summary_lines, verdict_record
 
     verdict = _cuda_nan_verdict(tmp_path, "deep", ("kernels", "tensors"))
     rendered = render(verdict, "output_nonfinite")
@@ -484,7 +488,7 @@ def test_the_deep_cuda_nan_is_blamed_on_the_kernel_that_wrote_it_everywhere(tmp_
     assert f"first NaN/Inf: {DEEP_LOG_KERNEL} buf21 (mean nan, min nan, max nan, size [16, 64]) {at_the_log}" in (
         rendered.text
     )
-    properties = dict(rendered.properties)
+    properties = dict(junit_properties(rendered))
     assert properties["aoti_verdict"] == rendered.headline
     assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (
         DEEP_LOG_KERNEL,
@@ -504,10 +508,10 @@ def test_the_shallow_cuda_nans_junit_source_is_the_writers_line_not_the_next_cal
 ) -> None:
     """The JUnit ``aoti_source`` named the linear after the NaN (the call after the last completed kernel, which
     only a crash between kernels is about)."""
-    from pytest_aoti.debug.reporting import render
+    from pytest_aoti.debug.reporting import junit_properties, render
 
     rendered = render(_cuda_nan_verdict(tmp_path, "shallow", stages), "output_nonfinite")
-    properties = dict(rendered.properties)
+    properties = dict(junit_properties(rendered))
     at_the_log = "at test_deepnan.py:36 in forward: h = torch.log(h - 100.0); test_deepnan.py:35 in forward: "
     assert properties["aoti_source"].startswith(f"{SHALLOW_LOG_KERNEL}: {at_the_log}"), properties
     assert "addmm_out" not in properties["aoti_source"]
@@ -539,3 +543,28 @@ def test_a_nan_assert_that_names_another_buffer_than_the_printer_says_they_disag
     assert rendered.headline.startswith(f"first NaN/Inf in {DEEP_LOG_KERNEL} (buf21 after launch"), rendered.headline
     assert f"; {disagreement}; failed: NaN assert: At least one NaN in buf25" in rendered.headline
     assert disagreement in rendered.text.splitlines()
+
+
+def test_the_verdict_is_made_once_from_the_stages_frozen_results(tmp_path: Path) -> None:
+    """Issue 53 item 5: each stage's run gives a frozen record of what its log said, and the verdict is made of them
+    once the stages ran, frozen: no stage fills it in field by field."""
+    import dataclasses
+
+    launcher = FakeLauncher(tmp_path, {"kernels": [KERNELS_CRASH], "tensors": [EVERY_KERNEL]})
+    results = run_stages(
+        _pipeline(launcher, tmp_path, flaky_reruns=0),
+        ("kernels", "tensors"),
+        kernels=(),
+        nonfinite_failure=False,
+        sanitizer_on_cuda_error=False,
+        mismatch=False,
+    )
+    assert isinstance(results, StageResults) and [run.stage for run in results.runs] == ["kernels", "tensors"]
+    assert results.kernels is not None and (results.kernels.died_in, results.kernels.last_completed) == ("k1", "k0")
+    assert results.tensors is not None and len(results.tensors.stats) == 3  # every block; read for the suspects
+    verdict = make_verdict("test_user.py::test_embedding", results)
+    assert (verdict.died_in, verdict.suspects, verdict.stages) == ("k1", ("k1", "k0"), results.runs)
+    for record, name in ((results, "suspects"), (results.kernels, "died_in"), (verdict, "died_in")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, name, None)
+    assert make_verdict("test_user.py::test_embedding", results) == verdict
