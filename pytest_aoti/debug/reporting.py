@@ -508,6 +508,11 @@ def isolation_failure_text(run: ChildRun) -> str:
         lines.append(f"last phase: {phase}")
     if phase == "load" and run.outcome is Outcome.CRASHED:
         lines.append(f"hint: {LOAD_SEGFAULT_HINT}")
+    # A hang stopped with SIGABRT, or a crash: faulthandler's dump, innermost call first, may be longer than the
+    # tail shown below (a forked child's stack holds the fork server's frames under pytest's).
+    frame = provenance.user_frame(kernel_log.crash_frames(run.log)) if run.signal_name or run.timeout else None
+    if frame is not None:
+        lines.append(f"Python stack (innermost frame of your code): {frame.describe()}")
     lines.append(f"reproduce: {run.reproduce}")
     lines.append(f"full log: {run.log_path}")
     lines.append("--- end of the child's output ---")
