@@ -1,4 +1,10 @@
-"""The package cache's session glue beyond the fixtures': Inductor's CPU vector-ISA probe, paid once per machine.
+"""The package cache's session glue beyond the fixtures': why each package missed (under ``-v``), and Inductor's CPU
+vector-ISA probe, paid once per machine.
+
+Each miss is named under ``-v``, below the ``aoti`` section's cache line, with what differs from the test's nearest
+entry (``core.cache_miss``); the test's JUnit properties hold it too (``aoti_cache_miss``), and ``--aoti-html`` shows
+it with the test's other properties.
+
 
 The probe (one Python per candidate ISA, each importing torch) runs in every fresh process's first compile: ~35 s on
 the H100 machine, in each xdist worker and debug child. Its verdict depends only on the CPU, torch and the C++
@@ -10,6 +16,7 @@ cache; the package key is the same either way (``core.cache``)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -60,3 +67,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from pytest_aoti.core.cache import record_isa_probe
 
         record_isa_probe(cache.root)
+
+
+@pytest.hookimpl(trylast=True)  # after the aoti section's cache line (debug.parent)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Under ``-v``, a line per package that missed the cache, in this process and in every xdist worker."""
+    if config.get_verbosity() < 1:
+        return
+    from pytest_aoti.core.cache import miss_lines
+    from pytest_aoti.fixtures import cache_stats
+
+    for line in miss_lines(cache_stats(config)):
+        terminalreporter.write_line(line)

@@ -5,6 +5,7 @@ of each test. Registered in every role (parent, xdist worker, child)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -284,10 +285,10 @@ def _builder(
 
         def build_and_load() -> CompiledModel:
             __tracebackhide__ = True
-            moved_args, moved_kwargs = _moved(args, device), _moved(kwargs, device)
-            return core(
-                module, moved_args, moved_kwargs, package_dir=package_dir, cache=cache, observers=observers, **options
-            )
+            inputs = (module, _moved(args, device), _moved(kwargs, device))
+            # The cache names the test in the entries it writes and in its misses.
+            with cache.building_for(nodeid) if cache is not None else contextlib.nullcontext():
+                return core(*inputs, package_dir=package_dir, cache=cache, observers=observers, **options)
 
         compiled = _built(config, config.hook.pytest_aoti_build(config=config, request=request, build=build_and_load))
         record.append(compiled)
@@ -430,4 +431,7 @@ def pytest_runtest_makereport(
         trusted = [note for c in compiled for note in c.eager_over_metadata]
         if trusted:
             report.user_properties = [*report.user_properties, ("aoti_dtype_from_eager", "\n".join(trusted))]
+        missed = [c.cache_miss for c in compiled if c.cache_miss]
+        if missed:
+            report.user_properties = [*report.user_properties, ("aoti_cache_miss", "\n".join(missed))]
     return report

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, left_behind
+from tests.conftest import RunPytest, junit_cases, left_behind
 
 torch = pytest.importorskip("torch")
 
 from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
+from pytest_aoti.core.cache_key import key_parts  # noqa: E402
 from pytest_aoti.core.compiler import compile_model  # noqa: E402
 from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV  # noqa: E402
 
@@ -107,6 +108,22 @@ def test_two_checkouts_and_moved_lines_give_the_same_key(tmp_path: Path) -> None
 
 def test_an_op_change_gives_a_new_key(tmp_path: Path) -> None:
     assert _key_of_checkout(tmp_path / "a") != _key_of_checkout(tmp_path / "b", activation="sigmoid")
+
+
+class Branches(torch.nn.Module):
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda x: getattr(x, self.op)(), lambda x: x.cos(), (x,))
+
+
+def test_a_change_inside_a_cond_branch_gives_a_new_key() -> None:
+    """The top graph names a branch only by its attribute (``true_graph_0``): the branches' graphs are keyed too, or
+    an edited branch would be served its stale package."""
+    keys = {op: package_key(torch.export.export(Branches(op), (torch.randn(3),)), {}, CPU) for op in ("sin", "tanh")}
+    assert keys["sin"] != keys["tanh"]
 
 
 def test_inductor_config_patched_in_python_gives_a_new_key() -> None:
@@ -396,3 +413,99 @@ def test_partial_writes_of_a_killed_writer_are_reclaimed(tmp_path: Path) -> None
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert PackageCache.open(cache_dir, max_bytes=1 << 30) is not None
     assert sorted(p.name for p in shard.iterdir()) == sorted([alive.name, new.name])
+
+
+MISS_TESTS = """
+import os
+
+import torch
+
+CHANGED = os.environ.get("CHANGE_THE_MODEL") == "1"
+
+
+def _model():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    return model, (torch.randn(2, 4),)
+
+
+def test_weight(aoti_compile):
+    model, inputs = _model()
+    if CHANGED:
+        with torch.no_grad():
+            model[0].weight[0, 0] += 1
+    aoti_compile(model, inputs)
+
+
+def test_config(aoti_compile):
+    aoti_compile(*_model(), inductor_configs={"size_asserts": False} if CHANGED else {})
+
+
+def test_env(aoti_compile, monkeypatch):
+    if CHANGED:
+        monkeypatch.setenv("TORCHINDUCTOR_PYTEST_AOTI_PROBE", "1")
+    aoti_compile(*_model())
+"""
+
+
+def test_a_miss_names_what_differs_from_the_tests_nearest_entry(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52, item 3: a changed weight, Inductor config and codegen env var each give a miss that names it, in
+    the summary under -v, in the test's JUnit properties and on the --aoti-html page. A test without an entry of its
+    own is compared with another test's entry of the same graph."""
+    pytester.makepyfile(test_miss=MISS_TESTS)
+    cache = tmp_path / "cache"
+    first = run_pytest("-p", "no:logging", cache=cache)
+    first.assert_outcomes(passed=3)
+    first.stdout.fnmatch_lines(["aoti cache: 2 hits, 1 misses, *"])
+    assert " missed" not in first.stdout.str()  # named under -v only
+
+    monkeypatch.setenv("CHANGE_THE_MODEL", "1")
+    second = run_pytest("-p", "no:logging", "-v", "--junitxml=r.xml", "--aoti-html=page.html", cache=cache)
+    second.assert_outcomes(passed=3)
+    weight = "test_miss.py::test_weight missed: the graph is the same, the weights differ (1 tensor: 0.weight)"
+    nearest = "(nearest: an entry of test_miss.py::test_weight): the graph is the same"
+    second.stdout.fnmatch_lines(
+        [
+            "aoti cache: 0 hits, 3 misses, *",
+            f"aoti cache: {weight}",
+            f"aoti cache: test_miss.py::test_config missed {nearest}, Inductor config 'size_asserts' True → False",
+            f"aoti cache: test_miss.py::test_env missed {nearest}, codegen env "
+            "'TORCHINDUCTOR_PYTEST_AOTI_PROBE' unset → 1",
+        ]
+    )
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["test_weight"]["properties"]["aoti_cache_miss"] == weight  # type: ignore[index]
+    page = (pytester.path / "page.html").read_text()
+    assert "aoti_cache_miss" in page and "Inductor config &#x27;size_asserts&#x27; True → False" in page
+
+
+def test_an_entry_keeps_the_parts_of_its_key_locally_and_in_the_signed_manifest(
+    tmp_path: Path, built_package: Path
+) -> None:
+    """The parts' digests travel in the remote entry's signed manifest; a runner that fetches the entry keeps the
+    parts beside it too, so its own later misses can be explained against it."""
+    from pytest_aoti.core.remote_cache import RemoteSettings, manifest_key
+    from tests.redis_server import REDIS_SERVER, RedisServer
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'pytest-aoti[test]')")
+    parts = key_parts(_export(_seeded()), {}, CPU)
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        remote = RemoteSettings(server.url(), b"s3cret-for-tests")
+        runner_a = PackageCache.open(tmp_path / "a", max_bytes=1 << 30, remote=remote)
+        assert runner_a is not None
+        with runner_a.building_for("t.py::test_a"):
+            runner_a.store(parts.key, built_package, compile_seconds=1.0, parts=parts)
+        uploaded = json.loads(server.admin().get(manifest_key(parts.key)))
+        assert uploaded["parts"] == parts.short_digests()
+        runner_b = PackageCache.open(tmp_path / "b", max_bytes=1 << 30, remote=remote)
+        assert runner_b is not None
+        with runner_b.building_for("t.py::test_b"):
+            assert runner_b.lookup(parts.key, parts) is not None and runner_b.stats.remote_hits == 1
+    finally:
+        server.stop()
+    sidecar = json.loads(next((tmp_path / "b").glob("*/*.json")).read_text())
+    assert sidecar["owner"] == "t.py::test_b" and sidecar["parts"] == parts.record()

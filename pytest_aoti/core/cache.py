@@ -1,24 +1,21 @@
 """A content-addressed cache of compiled ``.pt2`` packages, shared by tests, runs, checkouts and xdist workers.
 
 AOTInductor has no whole-artifact cache (the FX graph cache is off in AOT mode), so every compile re-runs codegen and
-the C++ compiler. The key covers what changes the artifact and nothing about where the code lives (see
-:func:`package_key`); entries are written atomically, checksummed (loading a package dlopens native code: a corrupt
+the C++ compiler. The key covers what changes the artifact and nothing about where the code lives or which GPU of a
+kind built it (``core.cache_key``); each entry keeps the parts of its key, so a miss says what changed
+(``core.cache_miss``). Entries are written atomically, checksummed (loading a package dlopens native code: a corrupt
 one must never load) and evicted least-recently-used. The cache deletes only what it wrote, in a directory it marked
 as its own: a user's directory given by mistake is refused, never emptied.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import hashlib
-import inspect
 import json
 import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 import warnings
@@ -30,20 +27,21 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
+# Re-exported: the key's helpers were here before core.cache_key, and other modules import them from here.
+from pytest_aoti.core.cache_key import KeyParts, key_parts
+from pytest_aoti.core.cache_key import codegen_environment as codegen_environment
+from pytest_aoti.core.cache_key import compiler_identity as compiler_identity
+from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
+from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
+from pytest_aoti.core.cache_key import package_key as package_key
+
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from pytest_aoti.core.cache_miss import Entry
     from pytest_aoti.core.remote_cache import RemoteSettings, RemoteStore
 
-# Environment variables read at codegen time; a debug rerun sets several of them.
-_CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_COMPILE_")
-_CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
-# Where caches live changes no artifact (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself on first use).
-_NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-# Skipping the CPU vector-ISA probe (a debug child whose parent saw every ISA pass it) picks the same ISA: no
-# artifact changes. Turning vectorization off ("0") does change them, and stays in the key.
-_SKIPPED_PROBE = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # Written into a cache dir when pytest-aoti creates (or adopts) it: clearing and eviction happen only where it is.
 MARKER_FILE = ".pytest-aoti-cache"
 _MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
@@ -75,10 +73,11 @@ class CacheStats:
     # What the summary says of the remote cache besides its hits: why it is not used, or that it is unsigned or
     # read-only (the header says so too, but -q hides the header).
     remote_state: str = ""
+    missed: list[str] = field(default_factory=list)  # each miss: "<test> missed: <what differs>" (core.cache_miss)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (xdist sends them from each worker to the controller)."""
-        return {**vars(self), "refused": list(self.refused)}
+        return {**vars(self), "refused": list(self.refused), "missed": list(self.missed)}
 
 
 # Refused entries named per reason in the summary: the first few keys, then how many more.
@@ -142,185 +141,9 @@ def _refused_text(refused: list[str], remote_hits: int) -> str:
     return text
 
 
-def _hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
-    digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.stride()}:{tensor.dtype}:{tensor.device}".encode())
-    if tensor.device.type != "meta" and tensor.numel() > 0:
-        # Raw bytes of a contiguous CPU copy; bytes(untyped_storage) walks it element by element (slow).
-        flat = tensor.detach().cpu().contiguous()
-        digest.update(ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()))
-
-
-@functools.cache
-def compiler_identity() -> str:
-    # Inductor's default choice (CXX, else the platform compiler), without importing Inductor on a cache hit.
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = "unknown"
-    return f"{compiler}:{version.splitlines()[0] if version else ''}"
-
-
-def _device_identity(device: torch.device) -> str:
-    import torch
-
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return f"cuda:{props.name}:sm{props.major}{props.minor}:{torch.version.cuda}"
-    return f"{device.type}:{torch.backends.cpu.get_cpu_capability()}"
-
-
-def codegen_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, str]:
-    return {
-        name: value
-        for name, value in sorted(environ.items())
-        if (name.startswith(_CODEGEN_ENV_PREFIXES) or name in _CODEGEN_ENV_NAMES)
-        and name not in _NOT_CODEGEN_ENV
-        and (name, value) != _SKIPPED_PROBE
-    }
-
-
-def _value_text(value: Any) -> str:
-    """Shape, strides, dtype and device of a node's value, the parts of its metadata codegen reads."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return f"{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_value_text(v) for v in value) + "]"
-    return repr(value) if isinstance(value, int | float | bool | type(None)) else type(value).__name__
-
-
-def graph_text(ep: ExportedProgram) -> str:
-    """The exported graph as text without any source location: each node's op, target, arguments and value
-    metadata. (``print_readable`` embeds ``# File: /abs/path.py:LINE`` comments, which would tie the key to where
-    the code and torch are installed and to line numbers.)"""
-    return "\n".join(f"{node.format_node()} :: {_value_text(node.meta.get('val'))}" for node in ep.graph.nodes)
-
-
-def _triton_kernel_text(kernel: Any) -> str:
-    """A user Triton kernel's identity: Triton's own cache key (a hash of the source and of every jit function it
-    calls) and, for an autotuned kernel, its configs."""
-    parts = []
-    while not hasattr(kernel, "src") and hasattr(kernel, "fn"):  # Autotuner / Heuristics wrap the JITFunction
-        parts.append(repr(getattr(kernel, "configs", "")))
-        kernel = kernel.fn
-    parts.append(str(getattr(kernel, "cache_key", None) or getattr(kernel, "src", None) or repr(kernel)))
-    return "\n".join(parts)
-
-
-def custom_op_names(ep: ExportedProgram) -> list[str]:
-    """The qualified names (``ns::op``) of the custom ops the graph calls, in order, each once."""
-    names: dict[str, None] = {}
-    for node in ep.graph.nodes:
-        name = getattr(getattr(node.target, "_schema", None), "name", "")
-        if node.op == "call_function" and name and not name.startswith(("aten::", "prims::")):
-            names[name] = None
-    return list(names)
-
-
-def custom_op_function(op_name: str) -> Any:
-    """The user's Python function behind a custom op (``torch.library.custom_op`` or ``triton_op``), or None.
-    ``triton_op`` registers a torch-internal closure around it: unwrap that."""
-    from pytest_aoti.core.torch_private import custom_op_definition
-
-    function = getattr(custom_op_definition(op_name), "_init_fn", None)
-    while function is not None and getattr(function, "__module__", "").startswith("torch."):
-        inner = [
-            cell.cell_contents
-            for cell in (getattr(function, "__closure__", None) or ())
-            if callable(cell.cell_contents)
-        ]
-        function = inner[0] if inner else None
-    return function
-
-
-def _triton_op_text(op_name: str) -> list[str]:
-    """For a ``triton_op`` (which export keeps as one opaque custom-op call, and Inductor traces into at compile time):
-    its Python body and every Triton kernel it launches. Nothing for other custom ops: their bodies run at call
-    time, so an edit cannot make a package stale."""
-    from pytest_aoti.core.torch_private import triton_kernels_for_op
-
-    kernels = triton_kernels_for_op(op_name)
-    if not kernels:
-        return []
-    body = custom_op_function(op_name)
-    try:
-        source = inspect.getsource(body) if body is not None else ""
-    except (OSError, TypeError):
-        source = repr(body)
-    return [op_name, source, *(_triton_kernel_text(kernel) for kernel in kernels)]
-
-
-def triton_kernels_text(ep: ExportedProgram) -> str:
-    """The sources of the user Triton kernels the graph runs: those of ``triton_op`` custom ops (``wrap_triton``
-    inside), and kernels called through Triton's wrapper op. The graph names neither by its source, so without this
-    an edited kernel would keep its key and a stale package would be served."""
-    texts: list[str] = []
-    for node in ep.graph.nodes:
-        if node.op == "call_function" and "triton_kernel_wrapper" in str(node.target):
-            from pytest_aoti.core.torch_private import triton_kernel_side_table
-
-            kernel_side_table = triton_kernel_side_table()
-            texts.append(_triton_kernel_text(kernel_side_table.get_kernel(node.kwargs.get("kernel_idx"))))
-            constant_idx = node.kwargs.get("constant_args_idx")
-            if constant_idx is not None:
-                texts.append(repr(sorted(kernel_side_table.get_constant_args(constant_idx).items(), key=str)))
-    for op_name in custom_op_names(ep):
-        texts += _triton_op_text(op_name)
-    return "\n".join(texts)
-
-
-# Written by Inductor itself during a compile (the package's metadata lands in the global config's dict), so it would
-# make the key of the next model in a process depend on what was compiled before it. User metadata passed in
-# ``inductor_configs`` is keyed with them.
-_CONFIG_WRITTEN_BY_COMPILES = ("aot_inductor.metadata",)
-
-
-def inductor_config_text() -> str:
-    """Inductor's config as codegen sees it, Inductor's own portable snapshot (what its FX graph cache keys on,
-    without settings that change no artifact): catches ``torch._inductor.config.x = ...`` and ``config.patch``."""
-    from pytest_aoti.core.torch_private import inductor_config_snapshot
-
-    snapshot = inductor_config_snapshot()
-    snapshot = {k: v for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES}
-    if snapshot.get("cpp.vec_isa_ok") is True:  # the probe skipped (see _SKIPPED_PROBE)
-        snapshot["cpp.vec_isa_ok"] = None
-    return repr(sorted((k, repr(v)) for k, v in snapshot.items()))
-
-
-def package_key(ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
-    """A stable sha256 over everything that changes the compiled artifact: torch version, the graph's structure
-    (ops, arguments, shapes, strides, dtypes, devices; no source locations), signature, input/output specs, dynamic
-    ranges, example-input metadata, weights' and constants' bytes, user Triton kernels' sources, ``inductor_configs``,
-    Inductor's config, codegen env vars, the device (CPU ISA / GPU compute capability) and the C++ compiler."""
-    import torch
-
-    digest = hashlib.sha256()
-    for part in (
-        torch.__version__,
-        graph_text(ep),
-        str(ep.graph_signature),
-        str(ep.call_spec.in_spec),
-        str(ep.call_spec.out_spec),
-        repr(sorted((str(k), str(v)) for k, v in ep.range_constraints.items())),
-        triton_kernels_text(ep),
-        repr(sorted((k, repr(v)) for k, v in inductor_configs.items())),
-        inductor_config_text(),
-        json.dumps(codegen_environment()),
-        _device_identity(device),
-        compiler_identity(),
-    ):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    for name, tensor in sorted(ep.state_dict.items()):
-        _hash_tensor(digest, name, tensor)
-    for name, constant in sorted(ep.constants.items()):
-        if isinstance(constant, torch.Tensor):
-            _hash_tensor(digest, name, constant)
-        else:
-            digest.update(f"{name}:{constant!r}".encode())
-    return digest.hexdigest()
+def miss_lines(stats: list[dict[str, Any]]) -> list[str]:
+    """``aoti cache: <test> missed: <what differs>`` for each miss of this process and of every xdist worker."""
+    return [f"aoti cache: {line}" for s in stats for line in s.get("missed", []) if isinstance(line, str)]
 
 
 def _file_sha256(path: Path) -> str:
@@ -425,6 +248,7 @@ class PackageCache:
     store_problem: str | None = None  # why storing stopped (ENOSPC, EROFS…): said once, then lookups only
     remote: RemoteStore | None = None
     refused_keys: set[str] = field(default_factory=set)  # remote entries refused here: an upload may replace them
+    owner: str = ""  # the test building now (building_for): named by the entries it writes and by its misses
 
     @classmethod
     def open(
@@ -453,6 +277,44 @@ class PackageCache:
     def key_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> str:
         return package_key(ep, inductor_configs, device)
 
+    def parts_for(self, ep: ExportedProgram, inductor_configs: dict[str, Any], device: torch.device) -> KeyParts:
+        return key_parts(ep, inductor_configs, device)
+
+    @contextmanager
+    def building_for(self, owner: str) -> Iterator[None]:
+        """Name the test whose packages are built meanwhile: its entries say so, and its misses name it."""
+        before, self.owner = self.owner, owner
+        try:
+            yield
+        finally:
+            self.owner = before
+
+    def explain_miss(self, parts: KeyParts) -> str:
+        """Why ``parts`` missed (``<test> missed: <what differs from the nearest entry>``, :mod:`core.cache_miss`),
+        also kept for the summary."""
+        from pytest_aoti.core.cache_miss import miss_line
+
+        line = miss_line(self.owner, parts.record(), self._entries_with_parts())
+        self.stats.missed.append(line)
+        return line
+
+    def _entries_with_parts(self) -> Iterator[Entry]:
+        """The local entries whose sidecars keep the parts of their key (an older version's keep none)."""
+        from pytest_aoti.core.cache_miss import Entry, valid_record
+
+        for sidecar in self.root.glob("*/*.json"):
+            if not _is_entry(sidecar):
+                continue
+            try:
+                raw = json.loads(sidecar.read_text())
+                mtime = sidecar.stat().st_mtime
+            except (OSError, ValueError, RecursionError):
+                continue
+            record = valid_record(raw.get("parts")) if isinstance(raw, dict) else None
+            if record is not None:
+                owner = raw.get("owner")
+                yield Entry(owner if isinstance(owner, str) else "", record, mtime)
+
     def _paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]
         return folder / f"{key}.pt2", folder / f"{key}.json"
@@ -477,11 +339,12 @@ class PackageCache:
             if lock is not None:
                 lock.release()
 
-    def lookup(self, key: str) -> Path | None:
-        """The package of ``key`` from this dir, else from the remote cache (kept here), else None: a miss."""
+    def lookup(self, key: str, parts: KeyParts | None = None) -> Path | None:
+        """The package of ``key`` from this dir, else from the remote cache (kept here, with ``parts``, the parts of
+        ``key``), else None: a miss."""
         package = self._local(key)
         if package is None and self.remote is not None:
-            package = self._fetch(key)
+            package = self._fetch(key, parts)
         if package is None:
             self.stats.misses += 1
         return package
@@ -501,7 +364,7 @@ class PackageCache:
         self.stats.saved_seconds += seconds
         return package
 
-    def _fetch(self, key: str) -> Path | None:
+    def _fetch(self, key: str, parts: KeyParts | None) -> Path | None:
         """The remote entry of ``key``, checked (checksum, signature) as it is written here, then kept here."""
         from pytest_aoti.core.remote_cache import Refused
 
@@ -521,7 +384,7 @@ class PackageCache:
         try:
             package.parent.mkdir(mode=0o700, exist_ok=True)
             self._install(package, fetch)
-            record = {"sha256": result.sha256, "size": result.size, "compile_seconds": result.compile_seconds}
+            record = self._sidecar(result.sha256, result.size, result.compile_seconds, parts)
             self._install(sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))
         except _NotFetched:
             self._remote_problem()
@@ -556,25 +419,34 @@ class PackageCache:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def store(self, key: str, built: Path, compile_seconds: float) -> Path:
-        """Move a freshly built package into the cache atomically and return its cached path; ``built`` itself when
-        the cache cannot store (it warns once, and the run goes on without storing). Then upload it to the remote
-        cache, if any."""
+    def store(self, key: str, built: Path, compile_seconds: float, parts: KeyParts | None = None) -> Path:
+        """Move a freshly built package into the cache atomically, with ``parts`` (the parts of ``key``) beside it,
+        and return its cached path; ``built`` itself when the cache cannot store (it warns once, and the run goes on
+        without storing). Then upload it to the remote cache, if any."""
         self.stats.compile_seconds += compile_seconds
-        stored = self._store_local(key, built, compile_seconds)
+        stored = self._store_local(key, built, compile_seconds, parts)
         if self.remote is not None:
-            if self.remote.upload(key, stored, compile_seconds, replace=key in self.refused_keys):
+            digests = parts.short_digests() if parts is not None else {}
+            if self.remote.upload(key, stored, compile_seconds, replace=key in self.refused_keys, parts=digests):
                 self.stats.uploaded += 1
             self._remote_problem()
         return stored
 
-    def _store_local(self, key: str, built: Path, compile_seconds: float) -> Path:
+    def _sidecar(self, sha256: str, size: int, compile_seconds: float, parts: KeyParts | None) -> dict[str, Any]:
+        """An entry's sidecar: its package's checksum and size, its compile time, and the parts of its key with the
+        test that built it (for the misses of later runs)."""
+        record: dict[str, Any] = {"sha256": sha256, "size": size, "compile_seconds": compile_seconds}
+        if parts is not None:
+            record.update(owner=self.owner, parts=parts.record())
+        return record
+
+    def _store_local(self, key: str, built: Path, compile_seconds: float, parts: KeyParts | None) -> Path:
         if self.store_problem is not None:
             return built
         package, sidecar = self._paths(key)
         try:
             package.parent.mkdir(mode=0o700, exist_ok=True)
-            record = {"sha256": _file_sha256(built), "size": built.stat().st_size, "compile_seconds": compile_seconds}
+            record = self._sidecar(_file_sha256(built), built.stat().st_size, compile_seconds, parts)
             self._install(package, lambda tmp: shutil.copyfile(built, tmp))
             self._install(sidecar, lambda tmp: Path(tmp).write_text(json.dumps(record)))
             self.evict(keep=package)

@@ -26,6 +26,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from pytest_aoti.core import phases
 from pytest_aoti.core.accuracy import float64_outputs, judge
 from pytest_aoti.core.cache import PackageCache
+from pytest_aoti.core.cache_key import KeyParts
 from pytest_aoti.core.dims import ExportCall, declared_ranges, dim_names, refuse_specialized
 from pytest_aoti.core.errors import (
     AOTICompileError,
@@ -265,6 +266,8 @@ class CompiledModel:
     accepted_by_float64: list[str] = field(default_factory=list, repr=False)
     # Outputs whose dtype aoti_check holds to eager's, where the exported program's metadata said another.
     eager_over_metadata: list[str] = field(default_factory=list, repr=False)
+    # Why the package missed the cache (core.cache_miss: what differs from the test's nearest entry); None on a hit.
+    cache_miss: str | None = field(default=None, repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
@@ -561,10 +564,12 @@ def compile_model(
     device = compile_device(args, kwargs, module)
     call = ExportCall(module, args, kwargs, dynamic_shapes)
     exported, spec = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
-    key = cache.key_for(exported, configs, device) if cache is not None else None
-    package_path, compile_seconds, from_cache = _built_or_cached(
-        exported, configs, package_dir, type(module).__name__, cache, key
+    parts = cache.parts_for(exported, configs, device) if cache is not None else None
+    package_path, compile_seconds, from_cache, cache_miss = _built_or_cached(
+        exported, configs, package_dir, type(module).__name__, cache, parts
     )
+    # The key leaves out the GPU index (core.cache_key): a package another worker compiled on another GPU of the same
+    # kind is loaded for this test's GPU (device_index), and computes there.
     runner = load_package(package_path, device, extract_dir=package_dir)
     if weights_outside_the_package(configs):
         load_exported_weights(runner, exported)
@@ -582,6 +587,7 @@ def compile_model(
         inductor_configs=dict(inductor_configs or {}),
         health_check=cuda_context_problem if device.type == "cuda" else None,
         observers=observers,
+        cache_miss=cache_miss,
     )
     return compiled
 
@@ -592,17 +598,20 @@ def _built_or_cached(
     package_dir: Path,
     stem: str,
     cache: PackageCache | None,
-    key: str | None,
-) -> tuple[Path, float, bool]:
-    """The package's path, its compile seconds and whether it came from ``cache`` (built under its lock)."""
-    if cache is None or key is None:
-        return (*_build_package(exported, configs, package_dir, stem), False)
+    parts: KeyParts | None,
+) -> tuple[Path, float, bool, str | None]:
+    """The package's path, its compile seconds, whether it came from ``cache`` (built under its lock), and why it
+    missed the cache (None for a hit, or without a cache)."""
+    if cache is None or parts is None:
+        return (*_build_package(exported, configs, package_dir, stem), False, None)
+    key = parts.key
     with cache.locked(key):
-        cached = cache.lookup(key)
+        cached = cache.lookup(key, parts)
         if cached is not None:
-            return cached, 0.0, True
+            return cached, 0.0, True, None
+        cache_miss = cache.explain_miss(parts)
         built, compile_seconds = _build_package(exported, configs, package_dir, stem)
-        return cache.store(key, built, compile_seconds), compile_seconds, False
+        return cache.store(key, built, compile_seconds, parts), compile_seconds, False, cache_miss
 
 
 def weights_outside_the_package(configs: dict[str, Any]) -> bool:

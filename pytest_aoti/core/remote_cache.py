@@ -201,6 +201,10 @@ _MOST_CHUNKS = 100_000
 _LARGEST_CHUNK = 512 << 20
 # A compile's seconds, as recorded: a week is far past any real one (the value only feeds "s saved").
 MOST_COMPILE_SECONDS = 7 * 24 * 3600.0
+# The parts of the entry's key (core.cache_key.KEY_PARTS), each by its digest's first 16 hex digits: what another
+# runner's miss of a near key can be compared with. Named as the key's parts are named, a few dozen at most.
+_PART_NAME = re.compile(r"[a-z][a-z_]{0,31}")
+_MOST_PARTS = 32
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,18 @@ def plausible_seconds(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MOST_COMPILE_SECONDS
 
 
+def _valid_parts(value: Any) -> bool:
+    """A manifest's ``parts``: at most 32 part names, each with a digest of 16 hex digits."""
+    return (
+        isinstance(value, dict)
+        and len(value) <= _MOST_PARTS
+        and all(
+            _PART_NAME.fullmatch(name) and isinstance(digest, str) and _UPLOAD_ID.fullmatch(digest)
+            for name, digest in value.items()
+        )
+    )
+
+
 def _shown_value(value: Any) -> str:
     """A field's value as JSON, short; a list or an object by its kind (it may be nested past what JSON writes)."""
     return type(value).__name__ if isinstance(value, list | dict) else json.dumps(value)[:40]
@@ -260,6 +276,7 @@ def _field_problem(fields: dict[str, Any]) -> str | None:
         "upload": (lambda v: isinstance(v, str) and _UPLOAD_ID.fullmatch(v) is not None, "16 hex digits"),
         "sha256": (lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None, "64 hex digits"),
         "compile_seconds": (plausible_seconds, "seconds from 0 to a week"),
+        "parts": (_valid_parts, f"up to {_MOST_PARTS} key parts, each with 16 hex digits"),
         "signer": (lambda v: v is None or (isinstance(v, str) and _UPLOAD_ID.fullmatch(v) is not None), "16 hex"),
         "signature": (lambda v: v is None or (isinstance(v, str) and _SHA256.fullmatch(v) is not None), "64 hex"),
     }
@@ -458,9 +475,18 @@ class RemoteStore:
             return Refused("tampered (its bytes do not match its manifest)")
         return None
 
-    def upload(self, key: str, package: Path, compile_seconds: float, *, replace: bool = False) -> bool:
-        """Store ``package`` under ``key`` unless a complete entry is there (``replace``: one this process refused);
-        True when this upload made the entry. Never raises for the server's sake: an error turns writing off."""
+    def upload(
+        self,
+        key: str,
+        package: Path,
+        compile_seconds: float,
+        *,
+        replace: bool = False,
+        parts: dict[str, str] | None = None,
+    ) -> bool:
+        """Store ``package`` under ``key`` unless a complete entry is there (``replace``: one this process refused),
+        with the digests of the key's ``parts``; True when this upload made the entry. Never raises for the server's
+        sake: an error turns writing off."""
         if self.problem is not None or self.write_problem is not None or self.settings.readonly:
             return False
         upload = secrets.token_hex(8)
@@ -472,7 +498,9 @@ class RemoteStore:
                 self._client.set(chunk_names[-1], chunk, ex=UPLOAD_SECONDS)
                 digest.update(chunk)
                 size += len(chunk)
-            manifest = self._manifest(key, size, len(chunk_names), upload, digest.hexdigest(), compile_seconds)
+            manifest = self._manifest(
+                key, size, len(chunk_names), upload, digest.hexdigest(), compile_seconds, dict(parts or {})
+            )
             keys = [manifest_key(key), *chunk_names]
             replaced = self._replaced_manifest(key) if replace else None
             published = self._client.eval(_PUBLISH, len(keys), *keys, json.dumps(manifest), "1" if replace else "0")
@@ -501,7 +529,14 @@ class RemoteStore:
             return None
 
     def _manifest(
-        self, key: str, size: int, chunks: int, upload: str, sha256: str, compile_seconds: float
+        self,
+        key: str,
+        size: int,
+        chunks: int,
+        upload: str,
+        sha256: str,
+        compile_seconds: float,
+        parts: dict[str, str],
     ) -> dict[str, Any]:
         """The manifest of an upload, signed whole when there is a secret."""
         fields: dict[str, Any] = {
@@ -512,6 +547,7 @@ class RemoteStore:
             "upload": upload,
             "sha256": sha256,
             "compile_seconds": _recorded_seconds(compile_seconds),
+            "parts": parts,
             "signer": signer_id(self.settings.secret) if self.settings.secret else None,
             "signature": None,
         }

@@ -38,6 +38,7 @@ def _fields(secret: bytes | None = SECRET, **changed: Any) -> dict[str, Any]:
         "upload": "0123456789abcdef",
         "sha256": "5" * 64,
         "compile_seconds": 7.5,
+        "parts": {"graph": "0123456789abcdef", "weights": "fedcba9876543210"},
         "signer": signer_id(secret) if secret else None,
         "signature": None,
     }
@@ -82,6 +83,12 @@ def test_every_field_is_signed(changed: dict[str, Any]) -> None:
         ({"upload": [[["deep"]]]}, "upload is list, expected 16 hex digits"),
         ({"sha256": "5" * 63}, "sha256 is " + json.dumps("5" * 63)[:40] + ", expected 64 hex digits"),
         ({"note": "added"}, "an unexpected field 'note'"),
+        ({"parts": {"graph": "0123"}}, "parts is dict, expected up to 32 key parts, each with 16 hex digits"),
+        (
+            {"parts": {"Graph\n": "0123456789abcdef"}},
+            "parts is dict, expected up to 32 key parts, each with 16 hex digits",
+        ),
+        ({"parts": ["graph"]}, "parts is list, expected up to 32 key parts, each with 16 hex digits"),
     ],
 )
 def test_every_field_is_checked_after_the_signature(changed: dict[str, Any], problem: str) -> None:
