@@ -2,25 +2,60 @@
 
 The core works without pytest: ``compile_model``/``check_model`` export, compile and load a model and return a
 ``CompiledModel`` that checks its invariants on every call. Torch is imported only when one of those is used.
+
+The exceptions and warnings a test meets derive from ``AOTIError``, and each is importable from here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTIInvariantError
+# Each package's errors, imported here (they import no torch) so that every error class, and the failure kind it
+# declares, is known wherever a pytest-aoti module is: triage reads a feature's kind from its class.
+from pytest_aoti.benchmark.errors import AOTIBenchmarkError
+from pytest_aoti.core.errors import (
+    AOTICompileError,
+    AOTIError,
+    AOTIExportError,
+    AOTIInvariantError,
+    AOTIMismatchError,
+    AOTISpecializationError,
+    AOTITypeError,
+    AOTIUsageError,
+    AOTIValueError,
+    AOTIWarning,
+)
+from pytest_aoti.deploy.errors import AOTIDeployError
+from pytest_aoti.shared.errors import AOTIVerifyError
+from pytest_aoti.snapshots.errors import AOTISnapshotError
 
 if TYPE_CHECKING:
-    from pytest_aoti.core.cache import PackageCache, package_key
+    from pytest_aoti.core.cache import AOTICacheWarning, PackageCache, package_key
     from pytest_aoti.core.compiler import CompiledModel, check_model, compile_model
+    from pytest_aoti.core.remote_cache import AOTIRemoteCacheWarning
     from pytest_aoti.core.strategies import DrawnInputs, dynamic_inputs, input_shapes
+    from pytest_aoti.core.torch_versions import MissingTorchAPI
 
 __all__ = [
+    "AOTIBenchmarkError",
+    "AOTICacheWarning",
     "AOTICompileError",
+    "AOTIDeployError",
+    "AOTIError",
     "AOTIExportError",
     "AOTIInvariantError",
+    "AOTIMismatchError",
+    "AOTIRemoteCacheWarning",
+    "AOTISnapshotError",
+    "AOTISpecializationError",
+    "AOTITypeError",
+    "AOTIUsageError",
+    "AOTIValueError",
+    "AOTIVerifyError",
+    "AOTIWarning",
     "CompiledModel",
     "DrawnInputs",
+    "MissingTorchAPI",
     "PackageCache",
     "check_model",
     "compile_model",
@@ -33,16 +68,19 @@ _LAZY = {
     "CompiledModel": "pytest_aoti.core.compiler",
     "check_model": "pytest_aoti.core.compiler",
     "compile_model": "pytest_aoti.core.compiler",
+    "AOTICacheWarning": "pytest_aoti.core.cache",
     "PackageCache": "pytest_aoti.core.cache",
     "package_key": "pytest_aoti.core.cache",
+    "AOTIRemoteCacheWarning": "pytest_aoti.core.remote_cache",
     "dynamic_inputs": "pytest_aoti.core.strategies",
     "input_shapes": "pytest_aoti.core.strategies",
     "DrawnInputs": "pytest_aoti.core.strategies",
+    "MissingTorchAPI": "pytest_aoti.core.torch_versions",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """Import torch-bound names on first use, so ``import pytest_aoti`` (and the plugin) stay torch-free."""
+    """Import the names of heavier modules on first use, so ``import pytest_aoti`` (and the plugin) stay torch-free."""
     if name in _LAZY:
         import importlib
 

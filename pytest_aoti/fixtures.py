@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, failure_kind
+from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTITypeError
 from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
 from pytest_aoti.settings import item_settings, session_temp_key, settings_key
 
@@ -108,17 +108,15 @@ def _fail_on_build_error(build: Callable[..., CompiledModel], fulltrace: bool) -
             from pytest_aoti.core.compiler import full_traceback
 
             message = f"{error}\n\n{full_traceback(error.__cause__ or error)}"
-            kind = failure_kind(error)
+            # From None: pytest prints no chain before the summary line. The error stays the failure's context, its
+            # kind read from there (errors.failure_kind): the debug triage does not rerun a model export rejected or
+            # a compile that raised.
+            raise pytest.fail.Exception(message, pytrace=False) from None
         except Exception as error:
             if fulltrace:
                 raise
             # The same exception, its chain as it was: only pluggy's frames leave its traceback.
             raise error.with_traceback(_without_hook_calls(error.__traceback__))  # noqa: B904
-        # Outside the except block, so pytest does not print the chain again before the summary line. The failure's
-        # kind goes with it: the debug triage does not rerun a model export rejected or a compile that raised.
-        failed = pytest.fail.Exception(message, pytrace=False)
-        failed.aoti_failure_kind = str(kind)  # type: ignore[attr-defined]
-        raise failed
 
     return wrapper
 
@@ -172,13 +170,13 @@ def _feature_keywords(config: pytest.Config) -> set[str]:
     keywords: set[str] = set()
     for names in config.hook.pytest_aoti_build_options(config=config):
         if isinstance(names, str | bytes) or not isinstance(names, list | tuple | set | frozenset):
-            raise TypeError(
+            raise AOTITypeError(
                 f"pytest_aoti_build_options returned {_shown(names)}, not a list of keyword names"
                 + _where_implemented(config, "pytest_aoti_build_options")
             )
         bad = [name for name in names if not isinstance(name, str)]
         if bad:
-            raise TypeError(
+            raise AOTITypeError(
                 f"pytest_aoti_build_options returned {_shown(names)}: {_shown(bad[0])} is not a keyword name"
                 + _where_implemented(config, "pytest_aoti_build_options")
             )
@@ -192,7 +190,7 @@ def _built(config: pytest.Config, result: Any) -> CompiledModel:
     from pytest_aoti.core.compiler import CompiledModel
 
     if not isinstance(result, CompiledModel):
-        raise TypeError(
+        raise AOTITypeError(
             f"pytest_aoti_build returned {_shown(result)}, not the CompiledModel that build() returns"
             + _where_implemented(config, "pytest_aoti_build")
             + " (an implementation returns build()'s result, or None to leave the build to the next one)"
@@ -231,7 +229,7 @@ def _refuse_unknown_keywords(fixture_name: str, options: dict[str, Any], accepte
     __tracebackhide__ = True
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise TypeError(
+        raise AOTITypeError(
             f"{fixture_name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
             f"{', '.join(sorted(accepted))} (options such as probe_dims= or threads= belong to markers: "
             "pytest --markers lists them)"

@@ -124,7 +124,7 @@ def test_pytest_verify_finds_dist_and_survives_a_crash(
 
 
 def test_tolerances_must_be_finite_and_not_negative(shipped: Shipped, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_aoti.core.errors import AOTIVerifyError
+    from pytest_aoti import AOTIVerifyError
     from pytest_aoti.verify.bundled import main, verify_package
 
     for rtol, atol in (("nan", "nan"), ("-1", "0"), ("0", "inf")):

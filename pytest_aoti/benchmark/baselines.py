@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti.benchmark.errors import BaselineError
 from pytest_aoti.benchmark.rule import Run
 from pytest_aoti.benchmark.timing import MIN_BLOCKS
 
@@ -19,10 +20,6 @@ FORMAT = "pytest-aoti benchmarks 2"
 _OLDER_FORMATS = {"pytest-aoti benchmarks 1": "one run per machine, no calibration blocks"}
 _SIDES = ("package", "eager", "calibration")
 _FIX = "fix it, or delete it and record again with --aoti-benchmark-update"
-
-
-class BaselineError(Exception):
-    """A baseline file, or one benchmark's entry in it, that cannot be used."""
 
 
 # What a block time (seconds per call) can be: a hand-edited 1e-300 or 1e300 would overflow the rule's logarithms.

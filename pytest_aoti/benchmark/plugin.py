@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from pytest_aoti.benchmark import records
+from pytest_aoti.benchmark.errors import AOTIBenchmarkError, BaselineError
+from pytest_aoti.core.errors import AOTITypeError, AOTIValueError
 from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 
 if TYPE_CHECKING:
@@ -273,7 +275,7 @@ def _benchmark_name(item: pytest.Item, name: Any) -> str:
     """The baseline entry of this call: the test's id for its first unnamed call, ``<id> [call N]`` for the Nth,
     ``<id> [name]`` for a named one. Two calls of one test never share an entry."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise TypeError(f"aoti_benchmark name: expected a non-empty string, got {type(name).__name__} {name!r}")
+        raise AOTITypeError(f"aoti_benchmark name: expected a non-empty string, got {type(name).__name__} {name!r}")
     used = item.stash.setdefault(names_key, set())
     test_id = _test_id(item)
     if name is not None:
@@ -284,7 +286,9 @@ def _benchmark_name(item: pytest.Item, name: Any) -> str:
             number += 1
         benchmark = test_id if not used else f"{test_id} [call {number}]"
     if benchmark in used:
-        raise ValueError(f"aoti_benchmark: {benchmark!r} is benchmarked twice in this test; give each call its name=")
+        raise AOTIValueError(
+            f"aoti_benchmark: {benchmark!r} is benchmarked twice in this test; give each call its name="
+        )
     used.add(benchmark)
     return benchmark
 
@@ -323,7 +327,7 @@ def aoti_benchmark(
         allowed = tolerance_value(tolerance, "aoti_benchmark tolerance")
         own_time = tolerance_value(min_run_time, "aoti_benchmark min_run_time")
         if own_time == 0:  # not "the default": a measurement of no time judges nothing (--aoti-benchmark-min-time too)
-            raise ValueError("aoti_benchmark min_run_time: expected seconds above 0, got 0")
+            raise AOTIValueError("aoti_benchmark min_run_time: expected seconds above 0, got 0")
         run_time = settings.min_time if own_time is None else own_time
         threads = _timed_threads(settings.cpu_threads, aoti_device, options)
         compiled = aoti_compile(model, args, kwargs, **options)
@@ -419,7 +423,7 @@ def _against_baseline(
     import torch
 
     from pytest_aoti.benchmark import rule, timing
-    from pytest_aoti.benchmark.baselines import BaselineError, Baselines
+    from pytest_aoti.benchmark.baselines import Baselines
 
     settings = item.config.stash[settings_key]
     run = rule.Run.of(figures, torch=torch.__version__, package_key=_package_key(compiled), run_id=settings.run_id)
@@ -473,9 +477,7 @@ def _recorded(
 
 def _fail(message: str) -> NoReturn:
     __tracebackhide__ = True
-    failed = pytest.fail.Exception(message, pytrace=False)
-    failed.aoti_failure_kind = "benchmark"  # type: ignore[attr-defined]  # a debug rerun times nothing
-    raise failed
+    raise AOTIBenchmarkError(message)  # its failure kind: a debug rerun times nothing
 
 
 def _judged(item: pytest.Item, benchmark: str, figures: Figures, judgment: Judgment) -> BenchmarkResult:

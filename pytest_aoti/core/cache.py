@@ -34,6 +34,7 @@ from pytest_aoti.core.cache_key import compiler_identity as compiler_identity
 from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
 from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
 from pytest_aoti.core.cache_key import package_key as package_key
+from pytest_aoti.core.errors import AOTIWarning
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +51,7 @@ _PARTIAL = ".partial-"
 _ENTRY_FILE = re.compile(r"^[0-9a-f]{64}\.(pt2|json|lock)$|^\.partial-")
 
 
-class AOTICacheWarning(UserWarning):
+class AOTICacheWarning(AOTIWarning):
     """The package cache cannot be used safely and was turned off."""
 
 

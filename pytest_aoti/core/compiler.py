@@ -33,6 +33,8 @@ from pytest_aoti.core.errors import (
     AOTIExportError,
     AOTIInvariantError,
     AOTIMismatchError,
+    AOTITypeError,
+    AOTIValueError,
 )
 from pytest_aoti.core.invariants import (
     ProgramSpec,
@@ -80,12 +82,12 @@ class _FunctionModule(torch.nn.Module):
 
 def as_module(model: Any) -> torch.nn.Module:
     if isinstance(model, type):
-        raise TypeError(f"model: got the class {model.__name__}, not an instance: pass {model.__name__}(...)")
+        raise AOTITypeError(f"model: got the class {model.__name__}, not an instance: pass {model.__name__}(...)")
     if isinstance(model, torch.nn.Module):
         return model
     if callable(model):
         return _FunctionModule(model)
-    raise TypeError(f"model: expected a torch.nn.Module or a callable, got {type(model).__name__}")
+    raise AOTITypeError(f"model: expected a torch.nn.Module or a callable, got {type(model).__name__}")
 
 
 def validate_inputs(
@@ -93,17 +95,17 @@ def validate_inputs(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Check the shape of an ``(args, kwargs)`` pair before it reaches torch.export, naming the bad leaf."""
     if isinstance(args, torch.Tensor) or not isinstance(args, tuple | list):
-        raise TypeError(
+        raise AOTITypeError(
             f"{what}: expected a tuple of positional inputs, got {type(args).__name__} (wrap one input as (x,))"
         )
     if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
+        raise AOTITypeError(f"kwargs: expected a dict of keyword inputs, got {type(kwargs).__name__}")
     # No tensor at all is fine: a model of no inputs (``forward(self)`` returning its weights) compiles and runs.
     leaves, _ = pytree.tree_flatten_with_path((tuple(args), kwargs or {}))
     for path, leaf in leaves:
         if not isinstance(leaf, _LEAF_TYPES):
             where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])  # type: ignore[attr-defined]
-            raise TypeError(
+            raise AOTITypeError(
                 f"{where}: expected a tensor (or a Python scalar), got {type(leaf).__module__}.{type(leaf).__name__}"
             )
     return tuple(args), dict(kwargs or {})
@@ -115,16 +117,16 @@ def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
     if not configs:
         return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
     if not isinstance(configs, dict):
-        raise TypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
+        raise AOTITypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
     known = inductor_config_defaults()
     for key in configs:
         if key not in known:
             close = difflib.get_close_matches(str(key), list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
+            raise AOTIValueError(f"inductor_configs: unknown Inductor config key {key!r}{hint}")
         problem = _config_value_problem(configs[key], known[key])
         if problem is not None:
-            raise TypeError(f"inductor_configs[{key!r}]: {problem}")
+            raise AOTITypeError(f"inductor_configs[{key!r}]: {problem}")
     # aoti_compile_and_package mutates the dict it is given.
     return dict(configs)
 
@@ -161,7 +163,7 @@ def _config_value_problem(value: Any, default: Any) -> str | None:
 def check_flag(value: Any, name: str) -> bool:
     """A keyword flag of the public API: a real bool (``"false"`` is truthy, and would silently turn a check off)."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+        raise AOTITypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -170,7 +172,7 @@ def tolerance_value(value: Any, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {type(value).__name__} {value!r}")
+        raise AOTIValueError(f"{name}: expected a finite number >= 0, got {type(value).__name__} {value!r}")
     return float(value)
 
 
@@ -180,7 +182,7 @@ def _input_sets(
     """The example inputs and each entry of ``more_inputs`` (a tuple of args, or ``{"args": ..., "kwargs": ...}``)
     as ``(args, kwargs)`` pairs; a malformed entry is named by its index."""
     if isinstance(more_inputs, torch.Tensor | str | bytes | dict) or not isinstance(more_inputs, Iterable):
-        raise TypeError(
+        raise AOTITypeError(
             f"more_inputs: expected a list of input sets (each a tuple of args, or a dict with 'args' and 'kwargs'), "
             f"got {type(more_inputs).__name__}"
         )
@@ -190,7 +192,9 @@ def _input_sets(
         if isinstance(extra, dict):
             unknown = set(extra) - {"args", "kwargs"}
             if unknown:
-                raise TypeError(f"{what}: a dict input set takes the keys 'args' and 'kwargs', got {sorted(unknown)}")
+                raise AOTITypeError(
+                    f"{what}: a dict input set takes the keys 'args' and 'kwargs', got {sorted(unknown)}"
+                )
             input_sets.append(validate_inputs(extra.get("args", ()), extra.get("kwargs"), what=what))
         else:
             input_sets.append(validate_inputs(extra, None, what=what))
@@ -691,7 +695,7 @@ def check_model(
     __tracebackhide__ = True  # a failure shows the test's line and the message, not this function's body
     rtol, atol = tolerance_value(rtol, "rtol"), tolerance_value(atol, "atol")
     if (rtol is None) != (atol is None):
-        raise ValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
+        raise AOTIValueError("rtol and atol: give both or neither (torch.testing.assert_close requires it)")
     input_sets = _input_sets(args, kwargs, more_inputs)
     compiled = compile_model(model, args, kwargs, package_dir=package_dir, **compile_options)
     module, allow_nonfinite, observers = as_module(model), compiled.allow_nonfinite, compiled.observers

@@ -1,9 +1,17 @@
-"""Exceptions raised by pytest-aoti's core. Torch-free, so the plugin can import them at load time."""
+"""pytest-aoti's exceptions: one base, :class:`AOTIError`, and the core's own errors. Torch-free, so the plugin can
+import them at load time.
+
+Each error class mixes in the builtin its users catch (``AssertionError`` for a check that failed, ``TypeError`` and
+``ValueError`` for a bad argument), as Hypothesis does, and declares its kind of failure (``failure_kind``), which
+:func:`failure_kind` reads from the class. A feature defines its errors in its own package, with its kind and why a
+debug rerun of such a failure cannot tell more (``not_rerun``); :func:`not_rerun_of` finds that by the kind, which
+is what crosses a process boundary."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Iterator
+from typing import ClassVar, Literal
 
 from pytest_aoti.core.protocol import FailureKind
 
@@ -23,13 +31,47 @@ Invariant = Literal[
 ]
 
 
-class AOTIInvariantError(AssertionError):
+class AOTIError(Exception):
+    """The base of every exception and warning pytest-aoti raises or warns with.
+
+    ``failure_kind``: what kind of failure it makes of a test (a :class:`~pytest_aoti.core.protocol.FailureKind`
+    value, or a feature's own kind). ``not_rerun``: why a debug rerun of a test that failed with it cannot tell more
+    than the error did; None when a rerun may."""
+
+    failure_kind: ClassVar[str] = FailureKind.OTHER
+    not_rerun: ClassVar[str | None] = None
+
+
+class AOTIWarning(AOTIError, UserWarning):
+    """The base of pytest-aoti's warnings: ``-W ignore::pytest_aoti.AOTIWarning`` silences them all."""
+
+
+class AOTIUsageError(AOTIError):
+    """pytest-aoti was called wrongly: a bad argument to a fixture or to the core (an unknown or mistyped Inductor
+    config key, a tolerance below zero, a keyword a fixture does not take). Raised as :class:`AOTITypeError` or
+    :class:`AOTIValueError`, which are also the builtin a caller catches."""
+
+    failure_kind: ClassVar[str] = FailureKind.USAGE
+
+
+class AOTITypeError(AOTIUsageError, TypeError):
+    """An argument of the wrong type."""
+
+
+class AOTIValueError(AOTIUsageError, ValueError):
+    """An argument of the right type and a wrong value."""
+
+
+class AOTIInvariantError(AOTIError, AssertionError):
     """A compiled model was called with, or returned, a tensor that breaks one of its invariants.
 
     ``invariant`` says which check failed, ``side`` whether it was an input or an output, ``index`` the tensor's
     position among the flat inputs/outputs and ``name`` its argument name (inputs) when known, ``where`` its path
-    in the nest of inputs for a structure error.
+    in the nest of inputs for a structure error. Its failure kind is ``input_invariant``, ``output_nonfinite`` or
+    ``output_invariant``, by its side and invariant.
     """
+
+    failure_kind: ClassVar[str] = FailureKind.OUTPUT_INVARIANT
 
     def __init__(
         self,
@@ -62,8 +104,10 @@ class AOTIInvariantError(AssertionError):
         super().__init__(message)
 
 
-class AOTIExportError(Exception):
+class AOTIExportError(AOTIError):
     """``torch.export.export`` rejected the model. ``summary`` is a one-line description."""
+
+    failure_kind: ClassVar[str] = FailureKind.EXPORT
 
     def __init__(self, summary: str) -> None:
         self.summary = summary
@@ -78,8 +122,11 @@ class AOTISpecializationError(AOTIExportError):
         Exception.__init__(self, summary)
 
 
-class AOTICompileError(Exception):
-    """``aoti_compile_and_package`` (or loading its result) failed. ``summary`` is a one-line description."""
+class AOTICompileError(AOTIError):
+    """``aoti_compile_and_package`` (or loading its result) failed. ``summary`` is a one-line description. Its
+    failure kind is ``compile``, or ``package_error`` for a CUDA error (autotuning runs kernels while compiling)."""
+
+    failure_kind: ClassVar[str] = FailureKind.COMPILE
 
     def __init__(self, summary: str, *, stage: str = "compile") -> None:
         self.summary = summary
@@ -87,29 +134,17 @@ class AOTICompileError(Exception):
         super().__init__(f"AOTI {stage} failed: {summary}")
 
 
-class AOTIMismatchError(AssertionError):
+class AOTIMismatchError(AOTIError, AssertionError):
     """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message).
 
     ``random_ops`` names the graph's random ops when it has any: the package and eager draw different random
-    numbers, so no compile can match, and the failure is not Inductor's."""
+    numbers, so no compile can match, and the failure is not Inductor's (failure kind ``random_mismatch``)."""
+
+    failure_kind: ClassVar[str] = FailureKind.MISMATCH
 
     def __init__(self, message: str, *, random_ops: tuple[str, ...] = ()) -> None:
         self.random_ops = random_ops
         super().__init__(message)
-
-
-class AOTISnapshotError(AssertionError):
-    """A golden file disagrees with this run: different outputs, a golden missing where none may be recorded, or a
-    file that is not a readable golden file."""
-
-
-class AOTIVerifyError(AssertionError):
-    """A package with bundled I/O does not verify on this machine, or is not such a package; names the file."""
-
-
-class AOTIDeployError(AssertionError):
-    """A deployment check (``@pytest.mark.aoti_deploy``, ``--aoti-deploy-check``) found what breaks where the
-    package is deployed: it does not run in a fresh interpreter, or not from several threads."""
 
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|device-side assert|cudaError", re.IGNORECASE)
@@ -118,12 +153,12 @@ _NAN_ASSERT = re.compile(r"At least one (NaN|INF|Inf) in \S+")
 _PACKAGE_ERROR = re.compile(_CUDA_ERROR.pattern + r"|run_func_\(|API call failed at", re.IGNORECASE)
 
 
-def failure_kind(error: BaseException) -> FailureKind:
-    """Classify a test's exception. ``input_invariant`` means the package never ran: a rerun cannot tell more. The
-    fixtures turn export and compile errors into pytest failures that carry the kind (``aoti_failure_kind``)."""
-    carried = getattr(error, "aoti_failure_kind", None)
-    if carried in (FailureKind.EXPORT, FailureKind.COMPILE, FailureKind.BENCHMARK):
-        return FailureKind(carried)
+def failure_kind(error: BaseException) -> str:
+    """Classify a test's exception: the kind its class declares (``failure_kind``), or the kind of the pytest-aoti
+    error it was raised from or in place of (the fixtures fail a test on an export or compile error with a message
+    of their own, ``raise ... from None``). ``input_invariant`` means the package never ran: a rerun cannot tell
+    more. An exception of another library is told by its message: a CUDA error, AOTI's run wrapper, a NaN assert."""
+    error = _raised_for(error)
     if isinstance(error, AOTIInvariantError):
         if error.side == "input":
             return FailureKind.INPUT_INVARIANT
@@ -131,19 +166,38 @@ def failure_kind(error: BaseException) -> FailureKind:
         return FailureKind.OUTPUT_NONFINITE if nonfinite else FailureKind.OUTPUT_INVARIANT
     if isinstance(error, AOTIMismatchError):
         return FailureKind.RANDOM_MISMATCH if error.random_ops else FailureKind.MISMATCH
-    for kind, errors in _KIND_OF_ERROR.items():
-        if isinstance(error, errors):
-            return kind
-    if isinstance(error, AOTICompileError):
-        # Autotuning runs Triton kernels while compiling: a CUDA error there is worth the debug environment.
-        return FailureKind.PACKAGE_ERROR if _CUDA_ERROR.search(str(error)) else FailureKind.COMPILE
+    if isinstance(error, AOTICompileError) and _CUDA_ERROR.search(str(error)):
+        return FailureKind.PACKAGE_ERROR  # autotuning runs Triton kernels while compiling: worth the debug stages
+    if isinstance(error, AOTIError) and type(error).failure_kind != FailureKind.OTHER:
+        return type(error).failure_kind  # the class's, or the nearest base's that declares one
     if _NAN_ASSERT.search(str(error)):  # TORCHINDUCTOR_NAN_ASSERTS (debug stages): a NaN/Inf made inside
         return FailureKind.OUTPUT_NONFINITE
     return FailureKind.PACKAGE_ERROR if _PACKAGE_ERROR.search(str(error)) else FailureKind.OTHER
 
 
-_KIND_OF_ERROR: dict[FailureKind, type[BaseException]] = {
-    FailureKind.SNAPSHOT: AOTISnapshotError,
-    FailureKind.DEPLOY: AOTIDeployError,
-    FailureKind.EXPORT: AOTIExportError,
-}
+def _raised_for(error: BaseException) -> BaseException:
+    """The pytest-aoti error ``error`` was raised from (``raise ... from aoti_error``) or in place of (``raise ...
+    from None`` while handling it), where ``error`` is no pytest-aoti error itself; else ``error``."""
+    if isinstance(error, AOTIError):
+        return error
+    if isinstance(error.__cause__, AOTIError):
+        return error.__cause__
+    if error.__suppress_context__ and isinstance(error.__context__, AOTIError):
+        return error.__context__
+    return error
+
+
+def not_rerun_of(kind: str | None) -> str | None:
+    """Why a debug rerun cannot tell more of a failure of ``kind``, as the error class that declares the kind says
+    (``not_rerun``); None when none does. A kind is what crosses xdist and a child's report, not the class."""
+    for error_class in _error_classes(AOTIError):
+        if error_class.failure_kind == kind and error_class.not_rerun is not None:
+            return error_class.not_rerun
+    return None
+
+
+def _error_classes(base: type[AOTIError]) -> Iterator[type[AOTIError]]:
+    """``base`` and every subclass of it defined so far (each package's errors are imported with ``pytest_aoti``)."""
+    yield base
+    for subclass in base.__subclasses__():
+        yield from _error_classes(subclass)

@@ -65,26 +65,22 @@ def in_debug_rerun() -> bool:
 
 
 class FailureKind(Name):
-    """What kind of failure a test had (``errors.failure_kind``); triage decides from it whether a debug rerun can
-    tell more (``triage.py``)."""
+    """The core's kinds of failure of a test (``errors.failure_kind``); triage decides from a kind whether a debug
+    rerun can tell more (``triage.py``). A feature's error class declares a kind of its own, which crosses the
+    boundary as its plain string."""
 
     INPUT_INVARIANT = "input_invariant"
     OUTPUT_NONFINITE = "output_nonfinite"
     OUTPUT_INVARIANT = "output_invariant"
     MISMATCH = "mismatch"
     RANDOM_MISMATCH = "random_mismatch"
-    # The package's outputs differ from golden outputs recorded earlier (eager agreed with the package, or was not
-    # asked): what changed is the environment or the model, not a kernel a debug rerun could point at.
-    SNAPSHOT = "snapshot"
-    # A deployment check: what a deployment lacks, or a concurrency failure, told by the check itself.
-    DEPLOY = "deploy"
-    # A benchmark slower than its baseline: a rerun under the debug environment would time nothing useful.
-    BENCHMARK = "benchmark"
     EXPORT = "export"
     COMPILE = "compile"
     # The package raised while running (a CUDA error, AOTI's run wrapper): the same failure aborts a process where
     # the error escapes C++, as it does under the debug stages' CUDA_LAUNCH_BLOCKING.
     PACKAGE_ERROR = "package_error"
+    # pytest-aoti was called wrongly (errors.AOTIUsageError): a rerun would raise the same error.
+    USAGE = "usage"
     OTHER = "other"
 
 

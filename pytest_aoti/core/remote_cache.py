@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_aoti.core.errors import AOTIWarning
+
 PREFIX = "pytest-aoti:1:"
 DEFAULT_CHUNK_BYTES = 64 << 20
 DEFAULT_TIMEOUT = 10.0
@@ -69,7 +71,7 @@ return 1
 """
 
 
-class AOTIRemoteCacheWarning(UserWarning):
+class AOTIRemoteCacheWarning(AOTIWarning):
     """The remote package cache cannot be used: the run goes on with the local cache."""
 
 

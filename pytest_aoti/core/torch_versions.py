@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
+from pytest_aoti.core.errors import AOTIError
+
 # pyproject.toml's ``torch>=2.11``: the private loader and package APIs moved between earlier releases.
 OLDEST = (2, 11)
 # The releases .ci/run tests: the oldest we claim, the pinned one, the newest.
@@ -54,7 +56,7 @@ def untested_note(version: str | None) -> str | None:
     return f"untested torch {version} (newest tested: {NEWEST_TESTED})"
 
 
-class MissingTorchAPI(RuntimeError):
+class MissingTorchAPI(AOTIError, RuntimeError):
     """A private torch symbol pytest-aoti reaches for is missing from the installed torch: a release moved or
     renamed it. A RuntimeError, so that callers with a fallback (the package loader's) take it."""
 

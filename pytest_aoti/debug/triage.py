@@ -1,11 +1,13 @@
 """Triage of a failed test: from its kind of failure (:func:`pytest_aoti.core.errors.failure_kind`) to whether a debug
-rerun can tell more than the failure did, and with which stages. Every such decision is made here."""
+rerun can tell more than the failure did, and with which stages. Every such decision is made here, from the core's
+kinds and what a feature's error class says of its own (``not_rerun``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_aoti.core.errors import not_rerun_of
 from pytest_aoti.core.protocol import FailureKind, Outcome, Stage
 
 if TYPE_CHECKING:
@@ -28,7 +30,8 @@ class Triage:
     nonfinite_failure: bool = False  # a NaN/Inf: stage tensors reads every launched kernel
 
 
-# Failure kinds (errors.failure_kind) a debug rerun cannot explain, and why.
+# The core's failure kinds (errors.failure_kind) a debug rerun cannot explain, and why. A feature's error class
+# says so of its own kind (its ``not_rerun``: a golden mismatch, a deployment check, a slow benchmark).
 _NOT_WORTH_A_RERUN: dict[FailureKind, str] = {
     FailureKind.INPUT_INVARIANT: (
         "the failure is an input check raised before the package ran; a debug rerun cannot tell more"
@@ -44,13 +47,9 @@ _NOT_WORTH_A_RERUN: dict[FailureKind, str] = {
         "the graph draws random numbers, which the package and eager draw differently: a debug rerun cannot tell a "
         "wrong kernel from different draws"
     ),
-    FailureKind.BENCHMARK: "a benchmark slower than its baseline: the debug environment would only slow it further",
-    FailureKind.DEPLOY: (
-        "a deployment check failed, and its report says what the deployment lacks or which thread differed"
-    ),
-    FailureKind.SNAPSHOT: (
-        "the outputs differ from golden outputs recorded earlier, or none may be recorded: a debug rerun compares "
-        "kernels with eager, which is not what changed (see the report's environment diff)"
+    FailureKind.USAGE: (
+        "pytest-aoti was called wrongly (an unknown or mistyped Inductor config key, a bad fixture argument): a "
+        "debug rerun would repeat the same error"
     ),
 }
 
@@ -61,12 +60,16 @@ def not_rerun_reason(
     """Why a failed test is not worth a debug rerun, or None when it is.
 
     An input invariant is raised before the package runs: a rerun under the debug environment (two recompiles)
-    would print the same message; so would an export error, or a compile or load that raised. A failing fixture that
-    ran before the test reached pytest-aoti (no export, compile, load or call yet) is not pytest-aoti's to debug: a
-    suite's broken data fixture must not cost a child per test. An isolated run that timed out would time out the
+    would print the same message; so would an export error, a compile or load that raised, or a usage error. A
+    feature's error class says why of its own kind. A failing fixture that ran before the test reached pytest-aoti
+    (no export, compile, load or call yet) is not pytest-aoti's to debug: a suite's broken data fixture must not
+    cost a child per test. An isolated run that timed out would time out the
     same way in every stage. A graph that draws random numbers cannot match eager whatever the kernels do."""
     if failure_kind in _NOT_WORTH_A_RERUN:  # a kind from a report that crossed xdist is a plain str: same hash
         return _NOT_WORTH_A_RERUN[FailureKind(failure_kind)]
+    declared = not_rerun_of(failure_kind)
+    if declared is not None:
+        return declared
     if setup_failed_before_aoti:
         return (
             "the test's setup failed before it exported, compiled or ran a model through pytest-aoti; "

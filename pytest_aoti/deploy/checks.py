@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.core.errors import AOTIDeployError
+from pytest_aoti.deploy.errors import AOTIDeployError
 
 _MISSING_OP = re.compile(
     r"(?:Could not find schema for|No such operator|Could not find any kernel for)\s+(\w+::\w+(?:\.\w+)?)\b"
@@ -59,10 +59,8 @@ _CAUGHT_IN_AOTI = re.compile(r"Exception in aoti_torch: (.+)")
 def _interpreter_env(workdir: Path) -> dict[str, str]:
     """The environment of a deployment: no PYTHONPATH but what imports pytest-aoti itself (when it is not
     installed), an empty Inductor cache."""
-    import pytest_aoti
-
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    plugin_root = Path(pytest_aoti.__file__).resolve().parent.parent
+    plugin_root = Path(__file__).resolve().parents[2]  # the dir that holds pytest_aoti/
     if "site-packages" not in plugin_root.parts and "dist-packages" not in plugin_root.parts:
         env["PYTHONPATH"] = str(plugin_root)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "empty-inductor-cache")

@@ -18,9 +18,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from pytest_aoti.core.errors import AOTIVerifyError
 from pytest_aoti.core.invariants import program_spec, spec_to_json
 from pytest_aoti.shared.environment import environment
+from pytest_aoti.shared.errors import AOTIVerifyError
 
 IO_MEMBER = "pytest_aoti/io.safetensors"
 FORMAT = "pytest-aoti bundled io 1"

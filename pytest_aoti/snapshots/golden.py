@@ -24,11 +24,11 @@ from typing import Any, Literal
 import torch
 import torch.utils._pytree as pytree
 
-from pytest_aoti.core.errors import AOTISnapshotError
 from pytest_aoti.shared.environment import PACKAGE_KEY, environment, environment_diff
 from pytest_aoti.shared.figure_builders import golden_errors
 from pytest_aoti.shared.figure_data import GoldenErrors
 from pytest_aoti.shared.output_diff import OutputDiff, compare, default_tolerance
+from pytest_aoti.snapshots.errors import AOTISnapshotError
 from pytest_aoti.snapshots.golden_file import GoldenFile, safetensors_stores
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from pytest_aoti.core.errors import AOTISnapshotError
 from pytest_aoti.shared.bundled_io import readable_as_umask_allows
+from pytest_aoti.snapshots.errors import AOTISnapshotError
 
 FORMAT = "pytest-aoti snapshot 1"
 # safetensors has no complex128: such tensors are stored as float64 pairs (torch.view_as_real), listed here.

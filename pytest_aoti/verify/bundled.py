@@ -29,10 +29,11 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from pytest_aoti.core.compiler import one_line, tolerance_value
-from pytest_aoti.core.errors import AOTICompileError, AOTIVerifyError
+from pytest_aoti.core.errors import AOTICompileError
 from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
 from pytest_aoti.shared.bundled_io import FORMAT, IO_MEMBER, archive_root, write_bundled_io
 from pytest_aoti.shared.environment import environment, environment_diff
+from pytest_aoti.shared.errors import AOTIVerifyError
 from pytest_aoti.shared.output_diff import compare, default_tolerance
 from pytest_aoti.verify.server import Terminated, VerifyServer
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti.core.devices import assigned_device, workerid
-from pytest_aoti.core.errors import AOTIVerifyError
 from pytest_aoti.settings import settings_key
+from pytest_aoti.shared.errors import AOTIVerifyError
 
 if TYPE_CHECKING:
     from pytest_aoti.hookspecs import BuiltPackage

@@ -19,9 +19,9 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pytest_aoti.core.errors import AOTISnapshotError
 from pytest_aoti.shared.environment import environment_diff
 from pytest_aoti.shared.output_diff import compare
+from pytest_aoti.snapshots.errors import AOTISnapshotError
 from pytest_aoti.snapshots.files import file_name, snapshot_path
 from pytest_aoti.snapshots.golden import GoldenOutputs
 from pytest_aoti.snapshots.golden_file import GoldenFile

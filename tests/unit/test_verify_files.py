@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_aoti.core.errors import AOTIVerifyError
+from pytest_aoti import AOTIVerifyError
 from pytest_aoti.verify.bundled import IO_MEMBER, main, verify_package
 
 
