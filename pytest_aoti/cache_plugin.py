@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.cache.options import cache_settings_key
 from pytest_aoti.core import isa_verdicts
 from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
-from pytest_aoti.settings import settings_key
 
 VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    settings = config.stash[settings_key]
+    settings = config.stash[cache_settings_key]
     # --aoti-cache-clear forgets the verdict with the packages, for this run too (it is deleted after this hook, in
     # plugin.py's, and an xdist worker starts after that): this run probes, and records the verdict again.
     if not settings.use_cache or settings.cache_clear:

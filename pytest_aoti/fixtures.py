@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_aoti.cache.options import cache_settings_key
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTITypeError
 from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
 from pytest_aoti.settings import item_settings, session_temp_key, settings_key
@@ -31,7 +32,7 @@ compiled_key = pytest.StashKey[list["CompiledModel"]]()
 
 def session_cache(config: pytest.Config) -> PackageCache | None:
     if cache_key not in config.stash:
-        settings = config.stash[settings_key]
+        settings = config.stash[cache_settings_key]
         from pytest_aoti.core.cache import PackageCache
 
         config.stash[cache_key] = (

@@ -15,13 +15,17 @@ import pytest
 
 from pytest_aoti import cache_plugin, fixtures, roles
 from pytest_aoti import settings as aoti_settings
+from pytest_aoti.cache import options as cache_options
+from pytest_aoti.cache.options import cache_settings_key
 from pytest_aoti.core import torch_versions
 from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
+from pytest_aoti.debug import options as debug_options
+from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
 from pytest_aoti.forkserver.client import start_server, stop_server
 from pytest_aoti.roles import Role
-from pytest_aoti.settings import CrashGuard, item_settings, settings_key
+from pytest_aoti.settings import item_settings, settings_key
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
 pytest_plugins = [
@@ -38,6 +42,8 @@ one_worker_key = pytest.StashKey[bool]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     aoti_settings.add_options(parser)
+    debug_options.add_options(parser)
+    cache_options.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -59,18 +65,18 @@ def pytest_configure(config: pytest.Config) -> None:
     too_old = torch_versions.too_old_problem(torch_versions.installed_torch_version())
     if too_old is not None:
         raise pytest.UsageError(too_old)
-    for signature_and_help in aoti_settings.MARKERS.values():
+    for signature_and_help in [*debug_options.MARKERS.values(), *aoti_settings.MARKERS.values()]:
         config.addinivalue_line("markers", signature_and_help)
-    settings = aoti_settings.resolve(config)
+    config.stash[settings_key] = aoti_settings.resolve(config)
+    cache = config.stash[cache_settings_key] = cache_options.resolve(config)
+    debug = debug_options.resolve(config)
     in_child = roles.decide(config) is Role.CHILD
     if not in_child:
-        settings = aoti_settings.choose_crash_guard(
-            config, settings, xdist_available=config.pluginmanager.hasplugin("xdist")
-        )
-        if settings.crash_guard is CrashGuard.ONE_WORKER:
+        debug = debug_options.choose_crash_guard(config, debug, xdist_available=config.pluginmanager.hasplugin("xdist"))
+        if debug.crash_guard is CrashGuard.ONE_WORKER:
             _one_supervised_worker(config)
     role = config.stash[roles.role_key] = roles.decide(config)  # decided once, after the crash guard
-    config.stash[settings_key] = settings
+    config.stash[debug_settings_key] = debug
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     config.pluginmanager.register(cache_plugin, "aoti-cache")
     if role is Role.CHILD:
@@ -84,18 +90,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_aoti.debug.controller import XdistController
     from pytest_aoti.debug.parent import ParentSession
 
-    config.pluginmanager.register(ParentSession(config, settings), "aoti-parent-session")
+    config.pluginmanager.register(ParentSession(config), "aoti-parent-session")
     is_xdist_worker = role is Role.WORKER
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
-    if settings.cache_clear and not is_xdist_worker:
+    if cache.cache_clear and not is_xdist_worker:
         from pytest_aoti.core import isa_verdicts
         from pytest_aoti.core.cache import clear_cache_dir
 
-        clear_cache_dir(settings.cache_dir)
-        isa_verdicts.forget(settings.cache_dir)
-    if (settings.debug or settings.isolate) and not is_xdist_worker and not settings.no_children_reason:
+        clear_cache_dir(cache.cache_dir)
+        isa_verdicts.forget(cache.cache_dir)
+    if (debug.debug or debug.isolate) and not is_xdist_worker and not debug.no_children_reason:
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
         # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.
         start_server()
@@ -128,6 +134,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
         if isinstance(item, pytest.Item):
             try:
                 item_settings(item)
+                item_debug(item)
             except pytest.UsageError as error:
                 raise collector.CollectError(str(error)) from None
     return result
@@ -149,21 +156,25 @@ def _device_header(config: pytest.Config, setting: str) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    settings = config.stash[settings_key]
-    cache = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
-    cache += remote_cache_header(settings.remote_cache, settings.remote_cache_off)
-    header = (
-        f"aoti: device={_device_header(config, settings.device)}, debug={'on' if settings.debug else 'off'}, "
-        f"isolate={'on' if settings.isolate else 'off'}, rerun timeout={settings.rerun_timeout:g}s, cache={cache}"
+    settings, debug, options = (
+        config.stash[settings_key],
+        config.stash[debug_settings_key],
+        config.stash[cache_settings_key],
     )
-    if settings.crash_guard is CrashGuard.ONE_WORKER:
+    cache = f"{options.cache_dir} (cap {options.cache_max_bytes >> 20} MiB)" if options.use_cache else "off"
+    cache += remote_cache_header(options.remote_cache, options.remote_cache_off)
+    header = (
+        f"aoti: device={_device_header(config, settings.device)}, debug={'on' if debug.debug else 'off'}, "
+        f"isolate={'on' if debug.isolate else 'off'}, rerun timeout={debug.rerun_timeout:g}s, cache={cache}"
+    )
+    if debug.crash_guard is CrashGuard.ONE_WORKER:
         header += ", crash guard: one xdist worker (a crash fails only its test)"
-    elif settings.crash_guard is CrashGuard.UNGUARDED and settings.no_children_reason:
-        header += f", no subprocesses: {settings.no_children_reason}"
+    elif debug.crash_guard is CrashGuard.UNGUARDED and debug.no_children_reason:
+        header += f", no subprocesses: {debug.no_children_reason}"
     if not config.pluginmanager.has_plugin("tmpdir"):  # tests marked aoti_ima get children too, without an option
         header += ", -p no:tmpdir: child logs and repro bundles are removed at the end of the run"
-    extra_stages = [name for name, on in (("minify", settings.minify), ("sanitizer", settings.sanitizer)) if on]
-    if extra_stages and not settings.debug:
+    extra_stages = [name for name, on in (("minify", debug.minify), ("sanitizer", debug.sanitizer)) if on]
+    if extra_stages and not debug.debug:
         # They add stages to debug reruns: without --aoti-debug only tests marked aoti_ima get one.
         header += f" ({' and '.join(extra_stages)} apply to tests marked aoti_ima only: add --aoti-debug for all)"
     untested = torch_versions.untested_note(torch_versions.installed_torch_version())
@@ -179,7 +190,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
-    return aoti_settings.debug_isolation_notice(items)
+    return debug_options.debug_isolation_notice(items)
 
 
 # pytest attaches its log-capturing handlers to every non-propagating logger, torch's structured-trace logger

@@ -272,3 +272,32 @@ def test_debug_under_a_dist_that_loses_crashes_is_refused(
         run_pytest("--aoti-debug", f"--dist={dist}").assert_outcomes(passed=1)
         # Each aoti test in a child of its own: a crash leaves its worker alive.
         run_pytest("--aoti-debug", "--aoti-isolate", "-n", "2", f"--dist={dist}").assert_outcomes(passed=1)
+
+
+def test_the_debug_reruns_and_the_caches_options_from_their_own_packages(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
+) -> None:
+    """The options that moved out of settings.py (issue 53) read as before, ini below the command line, in the
+    session and in the isolated child; the verify feature's flag matches its ini key, its old spelling still read."""
+    pytester.makeini(
+        "[pytest]\naoti_isolate = true\naoti_rerun_timeout = 120\naoti_cache_max_mb = 64\naoti_flaky_reruns = 3\n"
+    )
+    pytester.makepyfile(
+        test_user="""
+        import os
+
+        def test_runs_isolated(aoti_device):
+            assert os.environ.get("PYTEST_AOTI_CHILD") == "isolate"
+        """
+    )
+    result = run_pytest("--aoti-rerun-timeout=60", "--aoti-verify-import=os", cache=tmp_path / "cache")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"aoti: device=*, debug=off, isolate=on, rerun timeout=60s, cache={tmp_path / 'cache'} (cap 64 MiB)*",
+            "*PytestDeprecationWarning: --aoti-verify-import is deprecated: use --aoti-verify-imports*",
+        ]
+    )
+    bad = run_pytest("--aoti-flaky-reruns=11", cache=None)
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["ERROR: --aoti-flaky-reruns: expected a number of extra runs of at most 10, got '11'"])

@@ -28,6 +28,7 @@ from pytest_aoti.benchmark import records
 from pytest_aoti.benchmark.errors import AOTIBenchmarkError, BaselineError
 from pytest_aoti.core.errors import AOTITypeError, AOTIValueError
 from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
+from pytest_aoti.settings import add_option, option_group, option_value
 
 if TYPE_CHECKING:
     import torch
@@ -84,11 +85,9 @@ names_key = pytest.StashKey[set[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
-    group.addoption("--aoti-benchmark", action="store_true", default=None, dest="aoti_benchmark", help=BENCHMARK_DESC)
+    add_option(parser, "benchmark", BENCHMARK_DESC, flag=True, ini_type="bool", default=False)
     # An action, not a setting: no ini twin, which would rewrite the baselines on every run.
-    group.addoption("--aoti-benchmark-update", action="store_true", default=False, help=UPDATE_DESC)
-    parser.addini("aoti_benchmark", BENCHMARK_DESC, type="bool", default=False)
+    option_group(parser).addoption("--aoti-benchmark-update", action="store_true", default=False, help=UPDATE_DESC)
     for name, help_text, default in (
         ("tolerance", TOLERANCE_DESC, "0.1"),
         ("min-time", MIN_TIME_DESC, "1"),
@@ -96,18 +95,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("json", JSON_DESC, ""),
         ("cpu-threads", CPU_THREADS_DESC, "1"),
     ):
-        dest = f"aoti_benchmark_{name.replace('-', '_')}"
-        group.addoption(f"--aoti-benchmark-{name}", default=None, dest=dest, metavar=name.upper(), help=help_text)
-        parser.addini(dest, help_text, default=default)
+        add_option(parser, f"benchmark-{name}", help_text, default=default, metavar=name.upper())
 
 
 def _value(config: pytest.Config, name: str) -> tuple[str, str, bool]:
     """The option's text, where it came from (for errors), and whether from the command line."""
     dest = f"aoti_benchmark_{name.replace('-', '_')}"
-    cli = config.getoption(dest)
-    if cli is not None:
-        return str(cli), f"--aoti-benchmark-{name}", True
-    return str(config.getini(dest)), f"ini option {dest}", False
+    raw, source = option_value(config, dest)
+    return str(raw), source, config.getoption(dest) is not None
 
 
 def _number(config: pytest.Config, name: str, what: str, *, most: float, zero_ok: bool, whole: bool = False) -> float:
@@ -162,11 +157,7 @@ def resolve(config: pytest.Config) -> BenchmarkSettings:
     asked_to_update = bool(config.getoption("aoti_benchmark_update"))
     # A debug rerun (or its reproduce line, pasted) times a debug build: it never records a baseline run.
     update = asked_to_update and not in_debug_rerun()
-    cli = config.getoption("aoti_benchmark")
-    try:
-        enabled = bool(cli if cli is not None else config.getini("aoti_benchmark")) or asked_to_update
-    except (ValueError, pytest.UsageError) as error:  # a bool ini value pytest cannot read ("maybe")
-        raise pytest.UsageError(f"ini option aoti_benchmark: {error}; expected true or false") from None
+    enabled = bool(option_value(config, "aoti_benchmark")[0]) or asked_to_update
     workerinput = getattr(config, "workerinput", None)
     return BenchmarkSettings(
         enabled=enabled,

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.cache.options import CACHE_SECRET_ENV
 from pytest_aoti.core import processes
 from pytest_aoti.core.devices import assigned_device, workerid
 from pytest_aoti.core.machine import inductor_cache_dir
@@ -49,7 +50,7 @@ from pytest_aoti.core.remote_cache import mask_url_argument
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.debug.crash_route import record_of
 from pytest_aoti.forkserver.client import ForkedProcess, start_forked
-from pytest_aoti.settings import CACHE_SECRET_ENV, settings_key
+from pytest_aoti.settings import settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")

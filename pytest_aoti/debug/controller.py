@@ -23,9 +23,9 @@ from pytest_aoti.debug.crash_route import (
     record_of,
 )
 from pytest_aoti.debug.in_order import InOrderScheduling
+from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted, workers_basetemp_key
 from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
-from pytest_aoti.settings import DebugRequest
 
 
 class XdistController:

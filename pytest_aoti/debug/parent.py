@@ -38,6 +38,7 @@ from pytest_aoti.debug.crash_route import (
     stamp_test_report,
 )
 from pytest_aoti.debug.figures import verdict_figures
+from pytest_aoti.debug.options import DebugRequest, debug_settings_key, item_debug
 from pytest_aoti.debug.reporting import (
     SECTION_TITLE,
     isolated_reports,
@@ -49,7 +50,7 @@ from pytest_aoti.debug.reporting import (
 from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.hookspecs import PublicVerdict
-from pytest_aoti.settings import DebugRequest, Settings, item_settings, session_temp_key, settings_key, uses_aoti
+from pytest_aoti.settings import session_temp_key, settings_key, uses_aoti
 from pytest_aoti.shared.figure_data import attach_figure_data
 
 poisoned_by_key = pytest.StashKey[str]()
@@ -191,7 +192,7 @@ def attach_debug(
         request,
         isolated_run=isolated_run,
         setup_failed_before_aoti=report.when == "setup" and not reached_aoti,
-        no_children_reason=config.stash[settings_key].no_children_reason,
+        no_children_reason=config.stash[debug_settings_key].no_children_reason,
     )
     original = "crash" if crashed else isolated_run.failure if isolated_run is not None else failure
     if plan.not_rerun is not None:
@@ -242,9 +243,8 @@ def raise_if_interrupted(config: pytest.Config) -> None:
 
 
 class ParentSession:
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.settings = settings
         self.interrupted_at: pytest.TestReport | None = None
         if getattr(config, "workerinput", {}).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
             # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
@@ -255,11 +255,11 @@ class ParentSession:
     def _isolate_reason(self, item: pytest.Item) -> str | None:
         if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
             return None  # only fixtures are set up (or shown): nothing a child would add
-        reason = item_settings(item).isolate_reason
+        reason = item_debug(item).isolate_reason
         if reason is not None:
             return reason
         poisoned_by = self.config.stash.get(poisoned_by_key, None)
-        if poisoned_by is not None and uses_aoti(item) and self.settings.device != "cpu":
+        if poisoned_by is not None and uses_aoti(item) and self.config.stash[settings_key].device != "cpu":
             return f"the CUDA context was poisoned by {poisoned_by}"
         return None
 
@@ -268,7 +268,7 @@ class ParentSession:
         reason = self._isolate_reason(item)
         if reason is None:
             return None  # pytest's own protocol; a failure's debug rerun hangs on its report (makereport below)
-        resolved = item_settings(item)
+        resolved = item_debug(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         capture = self.config.getoption("capture", "fd") != "no"
         run = start_child(
@@ -286,7 +286,7 @@ class ParentSession:
             self.config.get_terminal_writer().write(run.test_output)
         for record in run.warnings:
             replay_warning(self.config, record)
-        self._log_isolated(item, run, reason, resolved.debug)
+        self._log_isolated(item, run, reason, resolved.request)
         if run.exit is not None:
             # As pytest does in-process: the reports made before the exit are logged, then the session ends.
             pytest.exit(run.exit.reason, returncode=run.exit.returncode)
@@ -331,7 +331,7 @@ class ParentSession:
         verdict's JUnit properties go on the teardown report too, which junitxml reads them from."""
         report = yield
         stamp_test_report(item, report, call.excinfo)
-        request = item_settings(item).debug
+        request = item_debug(item).request
         if request is not None and report.when == "setup":
             # Tells an xdist controller, should this worker crash, that the test wants a debug rerun, and where its
             # basetemp is (see children_dir).

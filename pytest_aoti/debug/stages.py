@@ -38,8 +38,8 @@ from pytest_aoti.core.protocol import (
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.debug.child import ChildRun, StartedChild, private_tmpdir, run_process, start_child
+from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.triage import Triage
-from pytest_aoti.settings import DebugRequest
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",

@@ -12,7 +12,7 @@ from pytest_aoti.core.protocol import FailureKind, Outcome, Stage
 
 if TYPE_CHECKING:
     from pytest_aoti.debug.child import ChildRun
-    from pytest_aoti.settings import DebugRequest
+    from pytest_aoti.debug.options import DebugRequest
 
 # Without stages=, the failure picks them: a package-vs-eager mismatch gets ``numerics`` (which kernel diverged), any
 # other failure ``kernels`` and ``tensors`` (where it crashed, which tensor went bad).

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_aoti.settings import add_option, option_value
+
 if TYPE_CHECKING:
     from pytest_aoti.hookspecs import BuildRequest, BuiltPackage
 
@@ -70,11 +72,7 @@ deploy_request_key = pytest.StashKey[DeployRequest]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
-    group.addoption(
-        "--aoti-deploy-check", action="store_true", default=None, dest="aoti_deploy_check", help=DEPLOY_CHECK_DESC
-    )
-    parser.addini("aoti_deploy_check", DEPLOY_CHECK_DESC, type="bool", default=False)
+    add_option(parser, "deploy-check", DEPLOY_CHECK_DESC, flag=True, ini_type="bool", default=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,12 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _deploy_check(config: pytest.Config) -> bool:
     """``--aoti-deploy-check``, else its ini twin (a value pytest cannot read as a bool is a usage error)."""
-    if config.getoption("aoti_deploy_check") is not None:
-        return True
-    try:
-        return bool(config.getini("aoti_deploy_check"))
-    except ValueError as error:
-        raise pytest.UsageError(f"ini option aoti_deploy_check: {error}; expected true or false") from None
+    return bool(option_value(config, "aoti_deploy_check")[0])
 
 
 @pytest.hookimpl(wrapper=True)

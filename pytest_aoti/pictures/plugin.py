@@ -20,6 +20,7 @@ from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_propert
 from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
 from pytest_aoti.pictures.render import Picture, draw
 from pytest_aoti.roles import writes_user_reports
+from pytest_aoti.settings import add_option, option_value
 from pytest_aoti.shared.figure_data import FigureDataError, decode, figure_properties
 
 HTML_DESC = (
@@ -29,9 +30,7 @@ HTML_DESC = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
-    group.addoption("--aoti-html", dest="aoti_html", metavar="PATH", default=None, help=HTML_DESC)
-    parser.addini("aoti_html", HTML_DESC, default="")
+    add_option(parser, "html", HTML_DESC, default="", metavar="PATH")
 
 
 def html_target(config: pytest.Config) -> Path | None:
@@ -39,17 +38,16 @@ def html_target(config: pytest.Config) -> Path | None:
     puts the page; a usage error when that is a directory."""
     from pytest_aoti.shared.report_files import report_target
 
-    cli = config.getoption("aoti_html")
-    if cli is not None:
-        if not str(cli).strip():
+    value, where = option_value(config, "aoti_html")
+    raw = str(value or "").strip()
+    if config.getoption("aoti_html") is not None:
+        if not raw:
             raise pytest.UsageError("--aoti-html: expected the path of the HTML file to write, got ''")
-        where, raw, relative_to = "--aoti-html", str(cli), config.invocation_params.dir
+        raw, relative_to = str(value), config.invocation_params.dir
     else:
-        raw = str(config.getini("aoti_html") or "").strip()
         if not raw:
             return None
         relative_to = config.inipath.parent if config.inipath is not None else config.rootpath
-        where = "ini option aoti_html"
     path, problem = report_target(raw, relative_to, "aoti_html", lambda dest: config.getoption(dest, None),
                                   config.invocation_params.dir, "an HTML file")  # fmt: skip
     if problem is not None:

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_aoti.core.protocol import in_debug_rerun
 from pytest_aoti.roles import Role, role, writes_user_reports
+from pytest_aoti.settings import add_option, option_group, option_value
 from pytest_aoti.shared.figure_data import attach_figure_data
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
 from pytest_aoti.snapshots.records import PROPERTIES, SNAPSHOT_FILE_PROPERTY, SNAPSHOT_PROPERTY
@@ -50,10 +51,8 @@ settings_key = pytest.StashKey[SnapshotSettings]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
-    group.addoption("--aoti-snapshot", default=None, dest="aoti_snapshot", metavar="MODE", help=SNAPSHOT_DESC)
-    parser.addini("aoti_snapshot", SNAPSHOT_DESC, default="auto")
-    group.addoption(
+    add_option(parser, "snapshot", SNAPSHOT_DESC, default="auto", metavar="MODE")
+    option_group(parser).addoption(
         "--aoti-snapshot-update",
         action="store_true",
         default=False,
@@ -68,10 +67,7 @@ def _in_ci() -> bool:
 
 
 def resolve(config: pytest.Config) -> SnapshotSettings:
-    cli = config.getoption("aoti_snapshot")
-    raw, source = (
-        (cli, "--aoti-snapshot") if cli is not None else (config.getini("aoti_snapshot"), "ini option aoti_snapshot")
-    )
+    raw, source = option_value(config, "aoti_snapshot")
     mode = str(raw).strip().lower()
     if mode not in ("auto", "write", "fail"):
         raise pytest.UsageError(f"{source}: expected auto, write or fail, got {raw!r}")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_aoti.core.devices import assigned_device, workerid
-from pytest_aoti.settings import settings_key
+from pytest_aoti.settings import add_option, option_group, option_value, settings_key
 from pytest_aoti.shared.errors import AOTIVerifyError
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ VERIFY_IMPORT_DESC = (
     "a module the interpreter that verifies a package imports first, e.g. the one registering the package's custom "
     "ops (repeatable; ini: one per line)"
 )
+# The flag's first spelling, which its ini twin (aoti_verify_imports) did not match: still read, with a warning.
+OLD_VERIFY_IMPORT_FLAG = "--aoti-verify-import"
 
 
 @dataclass(frozen=True)
@@ -46,28 +48,30 @@ verify_server_key = pytest.StashKey["VerifyServer"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aoti", "AOTInductor testing (pytest-aoti)")
-    group.addoption("--aoti-verify", action="store_true", default=None, dest="aoti_verify", help=VERIFY_DESC)
-    parser.addini("aoti_verify", VERIFY_DESC, type="bool", default=False)
-    group.addoption(
-        "--aoti-verify-import",
+    add_option(parser, "verify", VERIFY_DESC, flag=True, ini_type="bool", default=False)
+    option_group(parser).addoption(
+        "--aoti-verify-imports",
+        OLD_VERIFY_IMPORT_FLAG,
         action="append",
         default=None,
-        dest="aoti_verify_import",
+        dest="aoti_verify_imports",
         metavar="MODULE",
-        help=VERIFY_IMPORT_DESC,
+        help=f"{VERIFY_IMPORT_DESC}; {OLD_VERIFY_IMPORT_FLAG}: its old spelling, deprecated",
     )
     parser.addini("aoti_verify_imports", VERIFY_IMPORT_DESC, type="linelist", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    enabled = config.getoption("aoti_verify")
-    if enabled is None:
-        try:
-            enabled = config.getini("aoti_verify")
-        except ValueError as error:
-            raise pytest.UsageError(f"ini option aoti_verify: {error}; expected true or false") from None
-    imports = config.getoption("aoti_verify_import") or config.getini("aoti_verify_imports")
+    enabled, _ = option_value(config, "aoti_verify")
+    imports, _ = option_value(config, "aoti_verify_imports")
+    if any(arg.split("=")[0] == OLD_VERIFY_IMPORT_FLAG for arg in map(str, config.invocation_params.args)):
+        config.issue_config_time_warning(
+            pytest.PytestDeprecationWarning(
+                f"{OLD_VERIFY_IMPORT_FLAG} is deprecated: use --aoti-verify-imports, spelled as its ini twin "
+                "aoti_verify_imports"
+            ),
+            stacklevel=2,
+        )
     config.stash[verify_settings_key] = VerifySettings(bool(enabled), tuple(imports))
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_aoti.debug.controller import XdistController
 from pytest_aoti.debug.crash_route import stamp
+from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.parent import (
     OWN_DIR_KEPT_SECONDS,
     beside_given_basetemp,
@@ -21,7 +22,6 @@ from pytest_aoti.debug.parent import (
     children_note_key,
     own_children_dir,
 )
-from pytest_aoti.settings import DebugRequest
 
 
 def test_each_session_gets_a_new_private_directory(tmp_path: Path) -> None:

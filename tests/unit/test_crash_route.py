@@ -13,7 +13,7 @@ import pytest
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug.controller import XdistController
 from pytest_aoti.debug.crash_route import FAILURES_BEFORE, WORKER_EXIT, ReportRecord, record_of, stamp
-from pytest_aoti.settings import DebugRequest, settings_key
+from pytest_aoti.debug.options import DebugRequest, debug_settings_key
 
 NODEID = "test_user.py::test_crash"
 REQUEST = DebugRequest(timeout=60.0, env={"A": "1"}, kernels=("k0",), stages=("kernels",))
@@ -46,7 +46,9 @@ def config(pytester: pytest.Pytester) -> Iterator[pytest.Config]:
     """A real configured session's config (the plugin's own settings) whose debug reruns cannot start children:
     triage answers without a subprocess."""
     config = pytester.parseconfigure("-p", "no:cacheprovider", "-p", "no:terminal")
-    config.stash[settings_key] = dataclasses.replace(config.stash[settings_key], no_children_reason="a unit test")
+    config.stash[debug_settings_key] = dataclasses.replace(
+        config.stash[debug_settings_key], no_children_reason="a unit test"
+    )
     yield config
     config._ensure_unconfigure()
 

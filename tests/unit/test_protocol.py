@@ -8,8 +8,8 @@ import json
 import pytest
 
 from pytest_aoti.core.protocol import FailureKind, Name, Outcome, Stage
+from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.triage import triage
-from pytest_aoti.settings import DebugRequest
 
 
 @pytest.mark.parametrize("name", [Stage.KERNELS, FailureKind.OUTPUT_NONFINITE, Outcome.TIMED_OUT])

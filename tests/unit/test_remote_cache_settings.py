@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from pytest_aoti.settings import Settings, settings_key
+from pytest_aoti.cache.options import CacheSettings, cache_settings_key
 
 
 @pytest.fixture
-def resolve(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Settings]:
+def resolve(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., CacheSettings]:
     monkeypatch.delenv("PYTEST_AOTI_CACHE_URL", raising=False)
     monkeypatch.delenv("PYTEST_AOTI_CACHE_SECRET", raising=False)
 
-    def resolved(*args: str) -> Settings:
+    def resolved(*args: str) -> CacheSettings:
         config = pytester.parseconfigure("-p", "no:cacheprovider", f"--aoti-cache-dir={tmp_path / 'cache'}", *args)
-        return config.stash[settings_key]
+        return config.stash[cache_settings_key]
 
     return resolved
 
 
 def test_the_url_from_ini_env_and_command_line(
-    pytester: pytest.Pytester, resolve: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, resolve: Callable[..., CacheSettings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTEST_AOTI_CACHE_SECRET", "key")
     pytester.makeini("[pytest]\naoti_cache_url = redis://ini-host:6379/0\n")
@@ -37,7 +37,7 @@ def test_the_url_from_ini_env_and_command_line(
     assert resolve("--aoti-no-cache").remote_cache is None
 
 
-def test_without_a_secret_only_when_unsigned_is_asked_for(resolve: Callable[..., Settings]) -> None:
+def test_without_a_secret_only_when_unsigned_is_asked_for(resolve: Callable[..., CacheSettings]) -> None:
     skipped = resolve("--aoti-cache-url=redis://:pw@host:6379/0")
     assert skipped.remote_cache is None
     assert skipped.remote_cache_off == (
@@ -69,7 +69,11 @@ def test_without_a_secret_only_when_unsigned_is_asked_for(resolve: Callable[...,
     ids=["not redis", "no scheme", "a bad port", "a '/' in the password", "a db that is not a number"],
 )
 def test_a_url_that_is_not_redis_is_a_usage_error(
-    resolve: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None, message: str
+    resolve: Callable[..., CacheSettings],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: str | None,
+    message: str,
 ) -> None:
     if env is not None:
         monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", env)
@@ -89,7 +93,7 @@ def test_a_url_that_is_not_redis_is_a_usage_error(
     ],
     ids=["query", "userinfo", "an @ in it", "percent-encoded", "unix socket"],
 )
-def test_every_form_of_password_is_hidden(resolve: Callable[..., Settings], url: str) -> None:
+def test_every_form_of_password_is_hidden(resolve: Callable[..., CacheSettings], url: str) -> None:
     """Whatever form redis-py reads a password from, it never shows: in the header's URL, in the "not used" line,
     nor where a URL is shown in a reproduce line (``--aoti-cache-url=…``, ``-o aoti_cache_url=…``)."""
     from urllib.parse import unquote

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from pytest_aoti.debug.options import item_debug
 from pytest_aoti.settings import item_settings
 
 
@@ -118,20 +120,25 @@ def test_precedence_ini_then_command_line_then_marker(pytester: pytest.Pytester)
         ),
         "--aoti-rerun-timeout=60",
     )
-    marked, uses_fixture, plain = (item_settings(item) for item in items)
-    assert marked.debug is not None
-    assert (marked.debug.timeout, dict(marked.debug.env), marked.debug.kernels, marked.debug.stages) == (
+    marked, uses_fixture, plain = (item_debug(item) for item in items)
+    marked_aoti, uses_fixture_aoti = item_settings(items[0]), item_settings(items[1])
+    assert marked.request is not None
+    assert (marked.request.timeout, dict(marked.request.env), marked.request.kernels, marked.request.stages) == (
         7.0,
         {"A": "1"},
         ("k0",),
         ("tensors",),
     )
     # aoti_ima(timeout=) bounds the isolated run too, when aoti_isolate gives no timeout of its own.
-    assert (marked.isolate_reason, marked.isolate_timeout, marked.allow_nonfinite) == ("marked aoti_isolate", 7, True)
-    assert marked.allow_out_of_range and not uses_fixture.allow_out_of_range
-    assert uses_fixture.debug is not None and uses_fixture.debug.timeout == 60  # the command line beats the ini
-    assert uses_fixture.isolate_reason is None and not uses_fixture.allow_nonfinite
-    assert plain.debug is None  # --aoti-debug (here from the ini) covers only tests that use the aoti fixtures
+    assert (marked.isolate_reason, marked.isolate_timeout, marked_aoti.allow_nonfinite) == (
+        "marked aoti_isolate",
+        7,
+        True,
+    )
+    assert marked_aoti.allow_out_of_range and not uses_fixture_aoti.allow_out_of_range
+    assert uses_fixture.request is not None and uses_fixture.request.timeout == 60  # the command line beats the ini
+    assert uses_fixture.isolate_reason is None and not uses_fixture_aoti.allow_nonfinite
+    assert plain.request is None  # --aoti-debug (here from the ini) covers only tests that use the aoti fixtures
 
 
 def test_markers_and_options_are_registered(pytester: pytest.Pytester) -> None:
@@ -206,11 +213,11 @@ def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest
 def test_where_debug_reruns_survive_a_crash(pytester: pytest.Pytester, args: list[str], header: str | None) -> None:
     """--aoti-debug alone becomes one supervised xdist worker; with xdist off, tests that want a debug rerun are
     isolated instead (test_crash_survival.py runs both with real crashes)."""
-    from pytest_aoti.settings import CrashGuard, settings_key
+    from pytest_aoti.debug.options import CrashGuard, debug_settings_key
 
     pytester.makepyfile(test_user="def test_nothing(): pass")
     config = pytester.parseconfigure("-p", "no:cacheprovider", *args)
-    guard = config.stash[settings_key].crash_guard
+    guard = config.stash[debug_settings_key].crash_guard
     if header is not None:
         assert guard is CrashGuard.ONE_WORKER
         assert config.option.numprocesses == 1 and config.option.dist == "load"
@@ -221,7 +228,7 @@ def test_where_debug_reruns_survive_a_crash(pytester: pytest.Pytester, args: lis
 def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pytester) -> None:
     """In a session that runs tests in-process, a test marked aoti_ima runs isolated from the start: the marker's
     timeout bounds that run, as it bounds the debug stages (tests/test_options.py runs one that hangs)."""
-    from pytest_aoti.settings import DEBUG_ISOLATION_REASON
+    from pytest_aoti.debug.options import DEBUG_ISOLATION_REASON
 
     # Collected in a configured session, not under --collect-only (where no test runs, so none is isolated).
     module = pytester.getmodulecol(
@@ -245,7 +252,7 @@ def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pyte
         withinit=False,
     )
     items = pytester.genitems([module])
-    bounded, default, both = (item_settings(item) for item in items)
+    bounded, default, both = (item_debug(item) for item in items)
     assert (bounded.isolate_reason, bounded.isolate_timeout) == (DEBUG_ISOLATION_REASON, 5)
     assert (default.isolate_reason, default.isolate_timeout) == (DEBUG_ISOLATION_REASON, 60)
     assert (both.isolate_reason, both.isolate_timeout) == ("marked aoti_isolate", 9)
@@ -253,12 +260,12 @@ def test_an_aoti_ima_timeout_bounds_the_isolated_first_run(pytester: pytest.Pyte
 
 def test_cache_clear_is_an_action_without_an_ini_twin(pytester: pytest.Pytester) -> None:
     """An ini twin of --aoti-cache-clear would empty the cache on every run: pytest calls it unknown instead."""
-    from pytest_aoti.settings import settings_key
+    from pytest_aoti.cache.options import cache_settings_key
 
     pytester.makeini("[pytest]\naoti_cache_clear = true\n")
     pytester.makepyfile(test_user="def test_nothing(): pass")
-    assert not pytester.parseconfigure("-p", "no:cacheprovider").stash[settings_key].cache_clear
-    assert pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-cache-clear").stash[settings_key].cache_clear
+    assert not pytester.parseconfigure("-p", "no:cacheprovider").stash[cache_settings_key].cache_clear
+    assert pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-cache-clear").stash[cache_settings_key].cache_clear
     strict = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-config")
     assert strict.ret == pytest.ExitCode.USAGE_ERROR
     strict.stderr.fnmatch_lines(["*Unknown config option: aoti_cache_clear*"])
@@ -277,3 +284,41 @@ def test_the_minify_candidate_cap_knob_names_a_bad_value(
         main([str(tmp_path), "--budget", "1"])
     assert stopped.value.code == 2
     assert f"{MAX_CANDIDATES_ENV}: expected a whole number >= 1, got {raw!r}" in capsys.readouterr().err
+
+
+# Flags that are actions, not settings: an ini twin would repeat the action on every run.
+ACTIONS_WITHOUT_INI = {"--aoti-cache-clear", "--aoti-benchmark-update", "--aoti-snapshot-update"}
+
+
+def test_every_flag_and_its_ini_twin_are_spelled_alike(pytester: pytest.Pytester) -> None:
+    """``--aoti-x-y`` reads the ini key ``aoti_x_y``, in every part that has options (issue 53: the verify feature's
+    ``--aoti-verify-import`` read ``aoti_verify_imports``)."""
+    helps = pytester.runpytest_inprocess("--help").stdout.lines
+    flags = {match for line in helps for match in re.findall(r"(?<![\w-])(--aoti-[a-z-]+)", line)}
+    ini_keys = {match.group(1) for line in helps if (match := re.match(r"^  (aoti_\w+) \(", line))}
+    deprecated = {"--aoti-verify-import"}
+    assert {"--aoti-debug", "--aoti-verify-imports", "--aoti-benchmark-json", "--aoti-cache-url"} <= flags
+    unmatched = sorted(
+        flag
+        for flag in flags - ACTIONS_WITHOUT_INI - deprecated
+        if f"aoti_{flag[7:]}".replace("-", "_") not in ini_keys
+    )
+    assert unmatched == []
+    assert sorted(key for key in ini_keys if "--" + key.replace("_", "-") not in flags) == []
+
+
+def test_the_old_verify_import_spelling_still_works_with_a_deprecation_warning(pytester: pytest.Pytester) -> None:
+    from pytest_aoti.verify.plugin import verify_settings_key
+
+    pytester.makepyfile(test_user="def test_nothing(): pass")
+    old = pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-verify-import=my_ops", "--aoti-verify-import", "b")
+    assert old.stash[verify_settings_key].imports == ("my_ops", "b")
+    new = pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-verify-imports=my_ops")
+    assert new.stash[verify_settings_key].imports == ("my_ops",)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-verify-import=my_ops")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*PytestDeprecationWarning: --aoti-verify-import is deprecated: use --aoti-verify-imports*"]
+    )
+    quiet = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-verify-imports=my_ops")
+    quiet.assert_outcomes(passed=1)
