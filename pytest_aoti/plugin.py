@@ -8,6 +8,7 @@ both get the fixtures. No hook asks which side it is on. Importing this module m
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -101,10 +102,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
         clear_cache_dir(cache.cache_dir)
         isa_verdicts.forget(cache.cache_dir)
-    if (debug.debug or debug.isolate) and not is_xdist_worker and not debug.no_children_reason:
+    if (debug.debug or debug.isolate) and not is_xdist_worker and _warm_server_wanted(config, debug):
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
         # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.
         start_server()
+
+
+def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
+    """Whether to start the fork server ahead of need: in the process pytest was started as (``pytest.main()``
+    inside a test or a script starts one at its first child instead), when tests will run and may have children."""
+    if debug.no_children_reason or list(config.invocation_params.args) != sys.argv[1:]:
+        return False
+    return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -182,7 +191,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """The first test that will compile: warm up beside the rest of collection (core.warm_up)."""
+    """An xdist worker's first test that will compile: warm up beside the rest of collection and the scheduling
+    (core.warm_up). Only in a worker, a process that only runs tests: never in the process the user started, where a
+    thread importing Inductor would run beside whatever else it does (a pytest run inside a test, a script)."""
+    if roles.role(item.config) is not Role.WORKER:
+        return
     if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):
         from pytest_aoti.core import warm_up
 

@@ -139,17 +139,20 @@ def test_a_child_skips_the_interpreter_teardown_once_it_has_reported(
 
 
 def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester) -> None:
-    """The first collected test that uses a pytest-aoti fixture starts the warm-up (core.warm_up): by the end of
-    collection Inductor is being imported in the background, and a suite without such tests imports no torch."""
+    """An xdist worker's first collected test that uses a pytest-aoti fixture starts the warm-up (core.warm_up): by
+    the end of its collection Inductor is being imported in the background. Not in a worker whose tests use no
+    pytest-aoti fixture, nor in the process the user started."""
     pytester.makeconftest(
-        "import sys\n\n\ndef pytest_collection_finish(session):\n"
+        "import os, pathlib\n\n\ndef pytest_collection_finish(session):\n"
         "    from pytest_aoti.core import warm_up\n"
-        "    print('warm-up started:', warm_up._thread is not None)\n"
+        "    name = os.environ.get('PYTEST_XDIST_WORKER', 'main')\n"
+        "    pathlib.Path(f'warm-{name}.txt').write_text(str(warm_up._thread is not None))\n"
     )
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
-    result.stdout.fnmatch_lines(["*warm-up started: False*"])
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=1)
+    assert (pytester.path / "warm-gw0.txt").read_text() == "False"
     pytester.makepyfile(test_aoti="def test_uses(aoti_device):\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
-    result.stdout.fnmatch_lines(["*warm-up started: True*"])
-    result.assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=2)
+    assert (pytester.path / "warm-gw0.txt").read_text() == "True"
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=2)
+    assert (pytester.path / "warm-main.txt").read_text() == "False"
