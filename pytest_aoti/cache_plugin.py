@@ -5,7 +5,6 @@ Each miss is named under ``-v``, below the ``aoti`` section's cache line, with w
 entry (``core.cache_miss``); the test's JUnit properties hold it too (``aoti_cache_miss``), and ``--aoti-html`` shows
 it with the test's other properties.
 
-
 The probe (one Python per candidate ISA, each importing torch) runs in every fresh process's first compile: ~35 s on
 the H100 machine, in each xdist worker and debug child. Its verdict depends only on the CPU, torch and the C++
 compiler, so the first process that probes records it in the package cache (when every candidate ISA passed), and
