@@ -156,3 +156,14 @@ def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester) -> None:
     assert (pytester.path / "warm-gw0.txt").read_text() == "True"
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=2)
     assert (pytester.path / "warm-main.txt").read_text() == "False"
+
+
+def test_a_server_that_will_never_be_ready_is_not_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An xdist worker handed the socket of a server that said it is unsafe (or died warming up) starts its
+    children fresh at once, instead of waiting for a socket that will never appear."""
+    (tmp_path / client.UNSAFE_MARK).write_text("a forked child could not start CUDA")
+    monkeypatch.setenv(client.FORK_SERVER_ENV, str(tmp_path / "socket"))
+    started = client.start_forked(
+        [sys.executable, "-u", "-m", "pytest"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log"
+    )
+    assert started is None and not (tmp_path / "log").exists()

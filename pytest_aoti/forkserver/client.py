@@ -30,6 +30,7 @@ from pytest_aoti.core import processes
 from pytest_aoti.forkserver.server import SERVER_ONLY_ENV
 
 FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
+UNSAFE_MARK = "unsafe"  # beside the socket: the server will never be ready
 _OFF = ("0", "off", "no", "false")
 # How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
 # same warm-up, so waiting is never slower unless the server is stuck.
@@ -70,6 +71,8 @@ class ForkServer:
             self.ready_seconds = time.monotonic() - self.started
         else:
             self.unsafe = str(said.get("unsafe") or f"it ended before it was ready (see {self.dir / 'server.log'})")
+            # The processes this one handed the socket to (xdist workers) stop waiting for it and start fresh.
+            (self.dir / UNSAFE_MARK).write_text(self.unsafe)
         self._ready.set()
 
     def wait_ready(self, timeout: float) -> bool:
@@ -135,8 +138,10 @@ def _socket_path(wait: float) -> str | None:
     server = _own_server
     if server is None and handed_down:
         deadline = time.monotonic() + wait
+        directory = os.path.dirname(handed_down)
         while not os.path.exists(handed_down):
-            if time.monotonic() > deadline or not os.path.isdir(os.path.dirname(handed_down)):
+            gone = not os.path.isdir(directory) or os.path.exists(os.path.join(directory, UNSAFE_MARK))
+            if gone or time.monotonic() > deadline:
                 return None
             time.sleep(0.2)
         return handed_down

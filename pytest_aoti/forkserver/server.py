@@ -65,9 +65,18 @@ def unsafe_reason() -> str | None:
     if pid == 0:
         os._exit(3 if torch_private.cuda_fork_poisoned() else 0)
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    # A CUDA build of torch on a machine without an NVIDIA GPU (no NVML) asks the CUDA runtime whether a GPU is there,
+    # which marks every fork: harmless where no child can use a GPU anyway.
+    if os.waitstatus_to_exitcode(status) != 0 and _nvidia_devices():
         return "a forked child could not start CUDA (the CUDA driver was initialised while warming up)"
     return None
+
+
+def _nvidia_devices() -> list[str]:
+    """The NVIDIA GPU device nodes this machine has (a container given a GPU has them too)."""
+    import glob
+
+    return glob.glob("/dev/nvidia[0-9]*")
 
 
 def refusal(env: dict[str, str], startup_env: dict[str, str]) -> str | None:
