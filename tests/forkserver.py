@@ -85,6 +85,10 @@ def _run(request: dict[str, Any], extra_env: dict[str, str]) -> None:
         os.dup2(stdin, 0)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+        # pytest rewrites the plugin's asserts as it imports it: a pytest_aoti module this server imported (the ISA
+        # probe's torch_private imports the package) would be warned about as imported before.
+        for name in [name for name in sys.modules if name == "pytest_aoti" or name.startswith("pytest_aoti.")]:
+            del sys.modules[name]
         sys.argv = [pytest.__file__.replace("__init__.py", "__main__.py"), *request["args"]]
         runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # what ``python -m pytest`` runs
     except SystemExit as stop:

@@ -143,9 +143,10 @@ def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester) -> None:
     the end of its collection Inductor is being imported in the background. Not in a worker whose tests use no
     pytest-aoti fixture, nor in the process the user started."""
     pytester.makeconftest(
-        "import os, pathlib\n\n\ndef pytest_collection_finish(session):\n"
+        "import pathlib\n\n\ndef pytest_collection_finish(session):\n"
         "    from pytest_aoti.core import warm_up\n"
-        "    name = os.environ.get('PYTEST_XDIST_WORKER', 'main')\n"
+        "    config = session.config\n"
+        "    name = config.workerinput['workerid'] if hasattr(config, 'workerinput') else 'main'\n"
         "    pathlib.Path(f'warm-{name}.txt').write_text(str(warm_up._thread is not None))\n"
     )
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
