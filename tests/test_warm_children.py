@@ -163,6 +163,7 @@ def test_a_server_that_will_never_be_ready_is_not_waited_for(tmp_path: Path, mon
     """An xdist worker handed the socket of a server that said it is unsafe (or died warming up) starts its
     children fresh at once, instead of waiting for a socket that will never appear."""
     (tmp_path / client.UNSAFE_MARK).write_text("a forked child could not start CUDA")
+    monkeypatch.setattr(client, "_own_server", None)  # a worker: the module's server (fixture above) is not its own
     monkeypatch.setenv(client.FORK_SERVER_ENV, str(tmp_path / "socket"))
     started = client.start_forked(
         [sys.executable, "-u", "-m", "pytest"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log"
