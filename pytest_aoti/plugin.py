@@ -8,7 +8,6 @@ both get the fixtures. No hook asks which side it is on. Importing this module m
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -111,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
     """Whether to start the fork server ahead of need: in the process pytest was started as (``pytest.main()``
     inside a test or a script starts one at its first child instead), when tests will run and may have children."""
-    if debug.no_children_reason or list(config.invocation_params.args) != sys.argv[1:]:
+    if debug.no_children_reason or not roles.started_as_pytest(config):
         return False
     return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 
 import pytest
 
@@ -43,6 +44,12 @@ def decide(config: pytest.Config) -> Role:
 def role(config: pytest.Config) -> Role:
     stashed = config.stash.get(role_key, None)
     return stashed if stashed is not None else decide(config)
+
+
+def started_as_pytest(config: pytest.Config) -> bool:
+    """Whether this config is the session of the process pytest was started as (``python -m pytest ARGS`` or the
+    ``pytest`` script), not a pytest run inside a test or a script (``pytest.main()``, pytester in-process)."""
+    return list(config.invocation_params.args) == sys.argv[1:]
 
 
 def writes_user_reports(config: pytest.Config) -> bool:

@@ -24,6 +24,7 @@ from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, writ
 from pytest_aoti.debug.child_args import without_xdist_group
 from pytest_aoti.debug.crash_route import stamp_test_report
 from pytest_aoti.fixtures import call_observers_key
+from pytest_aoti.roles import started_as_pytest
 
 if TYPE_CHECKING:
     from pytest_aoti.core.compiler import CompiledModel
@@ -138,7 +139,7 @@ class ChildSession:
         its session's status; the parent ends its process group (the workers) and removes its temp dir. Only in
         the process pytest was started as (``python -m pytest ARGS``), never in a pytest run inside a test."""
         gc.freeze()
-        if list(self.config.invocation_params.args) == sys.argv[1:]:
+        if started_as_pytest(self.config):
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             os._exit(getattr(self, "exitstatus", pytest.ExitCode.INTERNAL_ERROR))
