@@ -28,7 +28,13 @@ def test_a_user_with_no_passwd_entry_gets_inductors_uid_cache_dir(monkeypatch: p
 
     monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
     assert machine.inductor_cache_dir().name == f"torchinductor_uid_{os.getuid()}"
-    assert machine.inductor_cache_dir() == Path(default_cache_dir())
+    try:
+        inductors_own = Path(default_cache_dir())
+    except KeyError:
+        # torch 2.11 has no fallback of its own (getpass.getuser() raises): there is nothing to agree with, and the
+        # plugin must still not crash, which the line above checks.
+        return
+    assert machine.inductor_cache_dir() == inductors_own
 
 
 def test_the_identity_is_what_torch_and_inductor_say() -> None:
