@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from pytest_aoti.core.machine import machine_identity
 
 MODELS = """
 import torch
@@ -128,3 +133,37 @@ def test_every_models_key_is_the_same_in_two_processes(tmp_path: Path) -> None:
     )
     changed = sorted(name for name in first if first[name] != second[name])
     assert changed == [], f"keys that changed between two processes: {changed}"
+
+
+COMPILER_PART = """
+import json
+
+import torch
+
+from pytest_aoti.core.cache_key import key_parts
+from pytest_aoti.core.machine import machine_identity
+from pytest_aoti.core.torch_private import cpp_compiler
+
+program = torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
+shown = key_parts(program, {}, torch.device("cpu")).shown["compiler"]
+print(json.dumps({"inductor": cpp_compiler(), "machine": machine_identity().cxx.identity, "key": shown}))
+"""
+
+
+def test_a_cxx_of_another_compiler_changes_the_key_as_inductor_compiles(tmp_path: Path) -> None:
+    """``$CXX`` names the compiler Inductor builds with (read once, when its config is imported): the key's compiler
+    part is that one, the machine identity's, not one the key finds by itself."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ here to stand behind another compiler's name")
+    other = tmp_path / "other-c++"
+    other.write_text('#!/bin/sh\nexec g++ "$@"\n')
+    other.chmod(0o755)
+    env = {**os.environ, "CXX": str(other)}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILER_PART], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["inductor"] == str(other)
+    assert seen["key"] == seen["machine"] and seen["key"].startswith(f"{other}: ")
+    assert seen["key"] != machine_identity().cxx.identity

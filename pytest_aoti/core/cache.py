@@ -30,11 +30,11 @@ from filelock import FileLock
 # Re-exported: the key's helpers were here before core.cache_key, and other modules import them from here.
 from pytest_aoti.core.cache_key import KeyParts, key_parts
 from pytest_aoti.core.cache_key import codegen_environment as codegen_environment
-from pytest_aoti.core.cache_key import compiler_identity as compiler_identity
 from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
 from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
 from pytest_aoti.core.cache_key import package_key as package_key
 from pytest_aoti.core.errors import AOTIWarning
+from pytest_aoti.core.machine import MachineIdentity, machine_identity
 
 if TYPE_CHECKING:
     import torch
@@ -494,23 +494,18 @@ class PackageCache:
 _ISA_VERDICT = "isa-probe-{}.json"
 
 
-def isa_probe_identity() -> str:
-    """What the probe's verdict depends on: the CPU's flags, torch's version and the C++ compiler (read without
-    importing torch)."""
-    import importlib.metadata
-    import platform
-
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        flags = platform.processor()
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = "unknown"
-    parts = (platform.machine(), " ".join(sorted(flags.split())), torch_version, compiler_identity())
+def isa_probe_identity(machine: MachineIdentity | None = None) -> str:
+    """What the probes' verdicts depend on, as a digest: the machine's one identity (this one's by default), its
+    CPU and flags, torch and its CUDA, and the C++ compiler the probes build with."""
+    machine = machine or machine_identity()
+    parts = (
+        machine.arch,
+        machine.cpu_model,
+        " ".join(machine.cpu_flags),
+        machine.torch,
+        machine.cuda or "",
+        machine.cxx.identity,
+    )
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

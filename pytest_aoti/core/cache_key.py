@@ -18,16 +18,15 @@ Two things every part avoids:
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import inspect
 import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pytest_aoti.core.machine import machine_identity
 
 if TYPE_CHECKING:
     import torch
@@ -104,17 +103,6 @@ def _sha256(text: str) -> str:
 
 def without_addresses(text: str) -> str:
     return _ADDRESS.sub("", text)
-
-
-@functools.cache
-def compiler_identity() -> str:
-    # Inductor's default choice (CXX, else the platform compiler), without importing Inductor on a cache hit.
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = "unknown"
-    return f"{compiler}:{version.splitlines()[0] if version else ''}"
 
 
 def device_identity(device: torch.device) -> str:
@@ -362,7 +350,8 @@ def key_parts(ep: ExportedProgram, inductor_configs: dict[str, Any], device: tor
     """Every part of the key of ``ep`` compiled with ``inductor_configs`` for ``device``: torch version, the graph's
     structure (ops, arguments, shapes, strides, dtypes, device types; no source locations), signature, input/output
     specs, dynamic ranges, weights' and constants' bytes, user Triton kernels' sources, ``inductor_configs``,
-    Inductor's config, codegen env vars, the device (CPU ISA / GPU kind) and the C++ compiler."""
+    Inductor's config, codegen env vars, the device (CPU ISA / GPU kind) and the C++ compiler Inductor builds with
+    (the machine's one identity of it, :func:`pytest_aoti.core.machine.machine_identity`)."""
     import torch
 
     graph, triton = graph_text(ep), triton_kernels_text(ep)
@@ -384,7 +373,7 @@ def key_parts(ep: ExportedProgram, inductor_configs: dict[str, Any], device: tor
         "codegen_env": json.dumps(env),
         "device": device_identity(device),
         "gpus": pinned,
-        "compiler": compiler_identity(),
+        "compiler": machine_identity().cxx.identity,
     }
     return KeyParts(
         digests={name: _sha256(texts[name]) for name in KEY_PARTS},

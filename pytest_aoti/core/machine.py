@@ -32,6 +32,13 @@ class CxxCompiler:
     path: str | None  # where PATH finds it (None: nowhere)
     version: str  # the first line of its ``--version``, or why there is none
 
+    @property
+    def identity(self) -> str:
+        """The compiler as the package cache's key and the ISA probes' record know it: what Inductor runs and what
+        it says it is. Not where PATH finds it: two processes of one machine may differ in PATH alone (a ccache
+        dir first), and another build of the compiler tells its own version line."""
+        return f"{self.command}: {self.version}"
+
 
 @dataclass(frozen=True)
 class MachineIdentity:
