@@ -135,8 +135,8 @@ class StepSummary:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        from pytest_aoti.cache.session import cache_stats
         from pytest_aoti.core.cache import cache_summary
-        from pytest_aoti.fixtures import cache_stats
 
         stats = cache_stats(config)
         properties = report_properties(config, DEBUG_PROPERTIES)

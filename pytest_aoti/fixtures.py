@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.cache.options import cache_settings_key
+from pytest_aoti.cache.session import session_cache
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTITypeError
 from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
 from pytest_aoti.settings import item_settings, session_temp_key, settings_key
@@ -22,34 +22,9 @@ from pytest_aoti.settings import item_settings, session_temp_key, settings_key
 if TYPE_CHECKING:
     import torch
 
-    from pytest_aoti.core.cache import PackageCache
     from pytest_aoti.core.compiler import CompiledModel
 
-cache_key = pytest.StashKey["PackageCache | None"]()
-worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
 compiled_key = pytest.StashKey[list["CompiledModel"]]()
-
-
-def session_cache(config: pytest.Config) -> PackageCache | None:
-    if cache_key not in config.stash:
-        settings = config.stash[cache_settings_key]
-        from pytest_aoti.core.cache import PackageCache
-
-        config.stash[cache_key] = (
-            PackageCache.open(
-                settings.cache_dir, settings.cache_max_bytes, settings.remote_cache, settings.remote_cache_off
-            )
-            if settings.use_cache
-            else None
-        )
-    return config.stash[cache_key]
-
-
-def cache_stats(config: pytest.Config) -> list[dict[str, Any]]:
-    """This process's cache statistics and, in an xdist controller, its workers'."""
-    cache = config.stash.get(cache_key, None)
-    own = [cache.stats.as_dict()] if cache is not None else []
-    return [*config.stash.get(worker_stats_key, []), *own]
 
 
 def resolve_device(name: str, worker: str | None = None) -> torch.device:

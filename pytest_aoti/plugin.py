@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti import cache_plugin, fixtures, roles
+from pytest_aoti import fixtures, roles
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.cache import options as cache_options
 from pytest_aoti.cache.options import cache_settings_key
+from pytest_aoti.cache.session import cache_key
 from pytest_aoti.core import torch_versions
 from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
@@ -29,6 +29,7 @@ from pytest_aoti.settings import item_settings, settings_key
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
 pytest_plugins = [
+    "pytest_aoti.cache.plugin",
     "pytest_aoti.pictures.plugin",
     "pytest_aoti.benchmark.plugin",
     "pytest_aoti.snapshots.plugin",
@@ -43,7 +44,6 @@ one_worker_key = pytest.StashKey[bool]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     aoti_settings.add_options(parser)
     debug_options.add_options(parser)
-    cache_options.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -68,7 +68,6 @@ def pytest_configure(config: pytest.Config) -> None:
     for signature_and_help in [*debug_options.MARKERS.values(), *aoti_settings.MARKERS.values()]:
         config.addinivalue_line("markers", signature_and_help)
     config.stash[settings_key] = aoti_settings.resolve(config)
-    cache = config.stash[cache_settings_key] = cache_options.resolve(config)
     debug = debug_options.resolve(config)
     in_child = roles.decide(config) is Role.CHILD
     if not in_child:
@@ -78,7 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
     role = config.stash[roles.role_key] = roles.decide(config)  # decided once, after the crash guard
     config.stash[debug_settings_key] = debug
     config.pluginmanager.register(fixtures, "aoti-fixtures")
-    config.pluginmanager.register(cache_plugin, "aoti-cache")
     if role is Role.CHILD:
         from pytest_aoti.debug.child_session import ChildSession
 
@@ -95,12 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
-    if cache.cache_clear and not is_xdist_worker:
-        from pytest_aoti.core import isa_verdicts
-        from pytest_aoti.core.cache import clear_cache_dir
-
-        clear_cache_dir(cache.cache_dir)
-        isa_verdicts.forget(cache.cache_dir)
     if (debug.debug or debug.isolate) and not is_xdist_worker and _warm_server_wanted(config, debug):
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
         # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.
@@ -221,6 +213,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
-    cache = config.stash.get(fixtures.cache_key, None)
+    cache = config.stash.get(cache_key, None)
     if cache is not None and hasattr(config, "workeroutput"):
         config.workeroutput["aoti_cache_stats"] = cache.stats.as_dict()

@@ -1,6 +1,6 @@
 """The package cache's options (each flag with its ini twin), resolved once at configure time into a frozen
 :class:`CacheSettings`: the local cache's dir, cap and on/off, ``--aoti-cache-clear``, and the remote cache behind it.
-The fixtures open the cache from them (``fixtures.session_cache``)."""
+The fixtures open the cache from them (``cache.session.session_cache``)."""
 
 from __future__ import annotations
 

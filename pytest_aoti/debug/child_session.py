@@ -109,8 +109,8 @@ class ChildSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The child's own cache line, in its log: whether a debug stage loaded its package or compiled it."""
+        from pytest_aoti.cache.session import cache_stats
         from pytest_aoti.debug.reporting import cache_summary
-        from pytest_aoti.fixtures import cache_stats
 
         stats = cache_stats(self.config)
         if stats:

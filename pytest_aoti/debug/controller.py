@@ -159,7 +159,7 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_aoti.fixtures import worker_stats_key
+        from pytest_aoti.cache.session import worker_stats_key
 
         workeroutput = getattr(node, "workeroutput", {})
         # A worker that crashed sends nothing at its end: its statistics as of its last teardown report stand.

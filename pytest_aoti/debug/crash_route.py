@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.cache.session import cache_key
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug.options import DebugRequest
-from pytest_aoti.fixtures import cache_key, device_property_key
+from pytest_aoti.fixtures import device_property_key
 from pytest_aoti.roles import Role, role
 
 ExceptionInfo = pytest.ExceptionInfo[BaseException]

@@ -402,8 +402,8 @@ class ParentSession:
             gc.freeze()
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        from pytest_aoti.cache.session import cache_stats
         from pytest_aoti.debug.reporting import cache_summary
-        from pytest_aoti.fixtures import cache_stats
 
         verdicts: list[str] = []
         poisoned: list[str] = []

@@ -175,8 +175,8 @@ def _base64(picture: Picture) -> str:
 
 def _cache_line(config: pytest.Config) -> str | None:
     """The cache summary the terminal shows, over this process's and every xdist worker's statistics."""
+    from pytest_aoti.cache.session import cache_stats
     from pytest_aoti.core.cache import cache_summary
-    from pytest_aoti.fixtures import cache_stats
 
     stats = cache_stats(config)
     return cache_summary(stats) if stats else None

@@ -172,7 +172,7 @@ def test_a_worker_that_called_pytest_exit_ends_the_run_with_its_code(config: pyt
 def test_a_crashed_workers_cache_statistics_are_its_last_reported(config: pytest.Config) -> None:
     """A worker that crashes sends no workeroutput: the aoti cache line still counts what it did, as of the last
     teardown report it sent. A worker that ends normally reports its final figures."""
-    from pytest_aoti.fixtures import worker_stats_key
+    from pytest_aoti.cache.session import worker_stats_key
 
     controller, _ = _controller(config, supervising=False)  # -n workers
     crashed, ended = FakeNode(), FakeNode()
