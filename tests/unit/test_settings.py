@@ -265,7 +265,10 @@ def test_cache_clear_is_an_action_without_an_ini_twin(pytester: pytest.Pytester)
     pytester.makeini("[pytest]\naoti_cache_clear = true\n")
     pytester.makepyfile(test_user="def test_nothing(): pass")
     assert not pytester.parseconfigure("-p", "no:cacheprovider").stash[cache_settings_key].cache_clear
-    assert pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-cache-clear").stash[cache_settings_key].cache_clear
+    # The run that clears is pointed at a cache dir of its own: configuring with --aoti-cache-clear empties it.
+    own_cache = str(pytester.path / "aoti-cache")
+    clearing = pytester.parseconfigure("-p", "no:cacheprovider", "--aoti-cache-dir", own_cache, "--aoti-cache-clear")
+    assert clearing.stash[cache_settings_key].cache_clear
     strict = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-config")
     assert strict.ret == pytest.ExitCode.USAGE_ERROR
     strict.stderr.fnmatch_lines(["*Unknown config option: aoti_cache_clear*"])
