@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_aoti.benchmark.errors import AOTIBenchmarkError
 from pytest_aoti.core.errors import (
     AOTICompileError,
+    AOTIDtypeFromEagerWarning,
     AOTIError,
     AOTIExportError,
     AOTIInvariantError,
@@ -41,6 +42,7 @@ __all__ = [
     "AOTICacheWarning",
     "AOTICompileError",
     "AOTIDeployError",
+    "AOTIDtypeFromEagerWarning",
     "AOTIError",
     "AOTIExportError",
     "AOTIInvariantError",

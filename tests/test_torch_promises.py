@@ -67,6 +67,8 @@ def test_torch_promises_on_real_compiles(pytester: pytest.Pytester, run_pytest: 
         "checked against eager's torch.int64 (torch's output metadata is wrong here)"
     )
     assert note in text
+    # Issue 50 pass-5 recheck: an AOTIWarning (-W ignore::pytest_aoti.AOTIWarning silences it), at the user's line.
+    assert re.search(r"test_user\.py:\d+: AOTIDtypeFromEagerWarning: pytest-aoti: ", text), text
     cases = junit_cases(pytester.path / "report.xml")
     assert cases["test_metadata_wrong_about_a_dtype"]["properties"]["aoti_dtype_from_eager"] == note  # type: ignore[index]
 

@@ -49,6 +49,8 @@ def test_a_usage_error_is_not_debug_rerun(pytester: pytest.Pytester, run_pytest:
     ):
         section = failure_section(result, test)
         assert error in section, section
+        # The traceback ends at the user's line: no frame of the core's argument checks (issue 50, item 11).
+        assert "pytest_aoti/core/compiler.py" not in section, section
         assert "verdict: not rerun: pytest-aoti was called wrongly" in section, section
     cases = junit_cases(pytester.path / "report.xml")
     properties = cases["test_unknown_config_key"]["properties"]

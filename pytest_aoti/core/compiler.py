@@ -30,11 +30,14 @@ from pytest_aoti.core.cache_key import KeyParts
 from pytest_aoti.core.dims import ExportCall, declared_ranges, dim_names, refuse_specialized
 from pytest_aoti.core.errors import (
     AOTICompileError,
+    AOTIDtypeFromEagerWarning,
     AOTIExportError,
     AOTIInvariantError,
     AOTIMismatchError,
     AOTITypeError,
     AOTIValueError,
+    hide_usage_errors,
+    warn_at_users_line,
 )
 from pytest_aoti.core.invariants import (
     ProgramSpec,
@@ -81,6 +84,7 @@ class _FunctionModule(torch.nn.Module):
 
 
 def as_module(model: Any) -> torch.nn.Module:
+    __tracebackhide__ = hide_usage_errors
     if isinstance(model, type):
         raise AOTITypeError(f"model: got the class {model.__name__}, not an instance: pass {model.__name__}(...)")
     if isinstance(model, torch.nn.Module):
@@ -94,6 +98,7 @@ def validate_inputs(
     args: Any, kwargs: dict[str, Any] | None, *, what: str = "args"
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Check the shape of an ``(args, kwargs)`` pair before it reaches torch.export, naming the bad leaf."""
+    __tracebackhide__ = hide_usage_errors
     if isinstance(args, torch.Tensor) or not isinstance(args, tuple | list):
         raise AOTITypeError(
             f"{what}: expected a tuple of positional inputs, got {type(args).__name__} (wrap one input as (x,))"
@@ -114,6 +119,7 @@ def validate_inputs(
 def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
     """Reject unknown Inductor config keys up front (torch fails late, with an AttributeError mid-compile), and
     values Inductor would fail on late or read other than they say (:func:`_config_value_problem`)."""
+    __tracebackhide__ = hide_usage_errors
     if not configs:
         return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
     if not isinstance(configs, dict):
@@ -162,6 +168,7 @@ def _config_value_problem(value: Any, default: Any) -> str | None:
 
 def check_flag(value: Any, name: str) -> bool:
     """A keyword flag of the public API: a real bool (``"false"`` is truthy, and would silently turn a check off)."""
+    __tracebackhide__ = hide_usage_errors
     if not isinstance(value, bool):
         raise AOTITypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
     return value
@@ -350,7 +357,7 @@ class CompiledModel:
         one; a note for each, also given as a warning."""
         self.spec, notes = dtypes_as_eager_returns(self.spec, pytree.tree_leaves(eager_outputs))
         for note in notes:
-            warnings.warn(f"pytest-aoti: {self.package_path.name}: {note}", UserWarning, stacklevel=2)
+            warn_at_users_line(f"pytest-aoti: {self.package_path.name}: {note}", AOTIDtypeFromEagerWarning)
         self.eager_over_metadata.extend(notes)
         return notes
 
@@ -559,6 +566,7 @@ def compile_model(
 
     A dim asked to be dynamic that export made static fails before compiling (:func:`specialized_dims`) unless
     ``allow_specialized_dims=True``. (Bundled I/O is ``pytest_aoti.verify.bundle_io``'s.)"""
+    __tracebackhide__ = hide_usage_errors
     module = as_module(model)
     args, kwargs = validate_inputs(args, kwargs)
     flags = (strict, allow_nonfinite, restride_inputs, allow_out_of_range, allow_specialized_dims)

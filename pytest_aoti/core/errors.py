@@ -9,7 +9,9 @@ is what crosses a process boundary."""
 
 from __future__ import annotations
 
+import inspect
 import re
+import warnings
 from collections.abc import Iterator
 from typing import ClassVar, Literal
 
@@ -44,6 +46,31 @@ class AOTIError(Exception):
 
 class AOTIWarning(AOTIError, UserWarning):
     """The base of pytest-aoti's warnings: ``-W ignore::pytest_aoti.AOTIWarning`` silences them all."""
+
+
+class AOTIDtypeFromEagerWarning(AOTIWarning):
+    """An output's dtype is held to what eager returns, where the exported program's metadata says another (a torch
+    bug, e.g. ``torch.unique``'s inverse on CUDA in torch 2.11)."""
+
+
+# The plugin's own frames, and pluggy's between a fixture and the hooks it fires.
+_NOT_THE_USERS = ("pytest_aoti.", "pluggy.")
+
+
+def warn_at_users_line(message: str, category: type[AOTIWarning]) -> None:
+    """Warn at the first frame outside pytest-aoti (the user's line that called a fixture or the core), so that the
+    warnings summary names the test's line rather than the plugin's."""
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and f"{frame.f_globals.get('__name__', '')}.".startswith(_NOT_THE_USERS):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def hide_usage_errors(excinfo: object) -> bool:
+    """A ``__tracebackhide__`` for the core's argument checks: pytest leaves their frames out of a usage error's
+    traceback, which then ends at the user's line; any other error keeps them."""
+    errisinstance = getattr(excinfo, "errisinstance", None)
+    return bool(callable(errisinstance) and errisinstance(AOTIUsageError))
 
 
 class AOTIUsageError(AOTIError):
