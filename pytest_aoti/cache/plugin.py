@@ -41,10 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[cache_settings_key] = cache_options.resolve(config)
     # Once, by the session the user started: never by an xdist worker or a child.
     if settings.cache_clear and roles.decide(config) in (Role.SESSION, Role.CONTROLLER):
-        from pytest_aoti.core.cache import clear_cache_dir
+        from pytest_aoti.core.cache import clear_cache_dir, is_marked
 
+        # A dir that is not marked as pytest-aoti's is left alone (clear_cache_dir warns): its records too.
+        if settings.cache_dir.is_dir() and is_marked(settings.cache_dir):
+            isa_verdicts.forget(settings.cache_dir)
         clear_cache_dir(settings.cache_dir)
-        isa_verdicts.forget(settings.cache_dir)
     if settings.use_cache:
         config.pluginmanager.register(CacheSession(settings), "aoti-cache")
 

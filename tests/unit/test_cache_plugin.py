@@ -50,3 +50,15 @@ def test_cache_clear_empties_only_the_cache_dir_given(pytester: pytest.Pytester)
     assert entry.exists()
     _configure(pytester, "--aoti-cache-clear")
     assert not entry.exists() and (cache / MARKER_FILE).exists()
+
+
+def test_cache_clear_leaves_an_unmarked_dir_and_its_records_alone(pytester: pytest.Pytester) -> None:
+    """Issue 50's pass-5 recheck: on a dir that is not marked as a cache, --aoti-cache-clear said "nothing was
+    deleted" and still deleted the ISA records in it."""
+    cache = pytester.path / "cache"
+    cache.mkdir()
+    record = cache / "isa-checks-0123.json"
+    record.write_text("{}")
+    with pytest.warns(UserWarning, match="is not a pytest-aoti cache"):
+        _configure(pytester, "--aoti-cache-clear")
+    assert record.exists()
