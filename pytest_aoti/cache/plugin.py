@@ -41,12 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[cache_settings_key] = cache_options.resolve(config)
     # Once, by the session the user started: never by an xdist worker or a child.
     if settings.cache_clear and roles.decide(config) in (Role.SESSION, Role.CONTROLLER):
-        from pytest_aoti.core.cache import clear_cache_dir, is_marked
+        from pytest_aoti.core.cache import clear_cache_dir
 
-        # A dir that is not marked as pytest-aoti's is left alone (clear_cache_dir warns): its records too.
-        if settings.cache_dir.is_dir() and is_marked(settings.cache_dir):
-            isa_verdicts.forget(settings.cache_dir)
-        clear_cache_dir(settings.cache_dir)
+        clear_cache_dir(settings.cache_dir)  # the ISA verdicts too; a dir not marked as a cache is left alone
     if settings.use_cache:
         config.pluginmanager.register(CacheSession(settings), "aoti-cache")
 
@@ -78,9 +75,10 @@ class CacheSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Record the verdict of the probe this process ran (it ran one only if the variable was not set)."""
         cache = session.config.stash.get(cache_key, None)
-        if cache is not None:
-            isa_verdicts.record(cache.root)
-        if cache is not None and VEC_ISA_OK_ENV not in os.environ:
+        if cache is None:
+            return
+        isa_verdicts.record(cache.root)
+        if VEC_ISA_OK_ENV not in os.environ:
             from pytest_aoti.core.cache import record_isa_probe
 
             record_isa_probe(cache.root)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
+from pytest_aoti.core import isa_verdicts
+
 # Re-exported: the key's helpers were here before core.cache_key, and other modules import them from here.
 from pytest_aoti.core.cache_key import KeyParts, key_parts
 from pytest_aoti.core.cache_key import codegen_environment as codegen_environment
@@ -34,7 +36,7 @@ from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
 from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
 from pytest_aoti.core.cache_key import package_key as package_key
 from pytest_aoti.core.errors import AOTIWarning
-from pytest_aoti.core.machine import MachineIdentity, machine_identity
+from pytest_aoti.core.isa_verdicts import isa_probe_identity as isa_probe_identity
 
 if TYPE_CHECKING:
     import torch
@@ -211,8 +213,10 @@ def clear_cache_dir(root: Path) -> int:
         _warn(f"--aoti-cache-clear: {root} is not a pytest-aoti cache (no {MARKER_FILE} in it); nothing was deleted")
         return 0
     removed = 0
+    # The ISA probes' verdicts go with the packages: the base probe's here, every other probe's (core.isa_verdicts).
     for verdict in root.glob(_ISA_VERDICT.format("*")):
         verdict.unlink(missing_ok=True)
+    isa_verdicts.forget(root)
     for folder in root.iterdir():
         if not (folder.is_dir() and not folder.is_symlink() and _ENTRY_DIR.match(folder.name)):
             continue
@@ -492,21 +496,6 @@ class PackageCache:
 # compile on the H100 machine) gives the same answer for the same CPU, torch and C++ compiler: its verdict is kept
 # here, and later processes on the machine skip the probe (``TORCHINDUCTOR_VEC_ISA_OK=1``, which changes no key).
 _ISA_VERDICT = "isa-probe-{}.json"
-
-
-def isa_probe_identity(machine: MachineIdentity | None = None) -> str:
-    """What the probes' verdicts depend on, as a digest: the machine's one identity (this one's by default), its
-    CPU and flags, torch and its CUDA, and the C++ compiler the probes build with."""
-    machine = machine or machine_identity()
-    parts = (
-        machine.arch,
-        machine.cpu_model,
-        " ".join(machine.cpu_flags),
-        machine.torch,
-        machine.cuda or "",
-        machine.cxx.identity,
-    )
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _isa_verdict_path(root: Path) -> Path:

@@ -5,7 +5,7 @@
 each a build and a fresh Python that loads it: 22.5 s of a 34.8 s first compile on the H200 machine even with the
 base verdict recorded (docs/benchmarks.md). Their verdicts depend only on the CPU, torch and the C++ compiler, like
 the base one, so they are recorded beside it in the package cache (``isa-checks-<identity>.json``, the identity of
-``core.cache.isa_probe_identity``: a record of another CPU, compiler or torch is another file, never read) and every
+``isa_probe_identity``: a record of another CPU, compiler or torch is another file, never read) and every
 process pytest-aoti compiles in consults them before probing (``torch_private.memoize_isa_checks``).
 
 The session names the record in ``PYTEST_AOTI_ISA_RECORD``, so its xdist workers and children find it. Imports
@@ -14,9 +14,12 @@ torch only when a compile is about to run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
+
+from pytest_aoti.core.machine import MachineIdentity, machine_identity
 
 ISA_RECORD_ENV = "PYTEST_AOTI_ISA_RECORD"
 _RECORD = "isa-checks-{}.json"
@@ -24,9 +27,22 @@ _memo: dict[str, bool] | None = None
 _loaded: dict[str, bool] = {}
 
 
-def record_path(root: Path) -> Path:
-    from pytest_aoti.core.cache import isa_probe_identity
+def isa_probe_identity(machine: MachineIdentity | None = None) -> str:
+    """What the probes' verdicts depend on, as a digest: the machine's one identity (this one's by default), its
+    CPU and flags, torch and its CUDA, and the C++ compiler the probes build with."""
+    machine = machine or machine_identity()
+    parts = (
+        machine.arch,
+        machine.cpu_model,
+        " ".join(machine.cpu_flags),
+        machine.torch,
+        machine.cuda or "",
+        machine.cxx.identity,
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
+
+def record_path(root: Path) -> Path:
     return root / _RECORD.format(isa_probe_identity()[:32])
 
 
