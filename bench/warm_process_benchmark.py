@@ -11,9 +11,10 @@ Then a failing test's debug verdict (``--aoti-debug``, a model that makes NaN): 
 against its own cold compile, with the fork server (default) and without it (``PYTEST_AOTI_FORK_SERVER=0``).
 ``--suite``: the whole wall time of a 6-test file with two failures (a NaN; on CPU a segfaulting custom op, on CUDA
 an out-of-range embedding index, a device-side assert) under plain ``pytest --aoti-debug``, without then with the
-fork server.
+fork server. ``--suite-only`` runs only that part; ``--side-by-side`` runs its two runs at the same time, each on
+its own GPU (``CUDA_VISIBLE_DEVICES`` 0 and 1), so both meet the same machine load (a two-GPU host).
 
-    python bench/warm_process_benchmark.py [--device cpu|cuda] [--suite]
+    python bench/warm_process_benchmark.py [--device cpu|cuda] [--suite] [--suite-only] [--side-by-side]
 """
 
 from __future__ import annotations
@@ -199,11 +200,15 @@ def _plugin_args() -> list[str]:
     return [] if installed else ["-p", "pytest_aoti.plugin"]
 
 
-def debug_verdict(directory: Path, device: str, fork_server: bool, test: str) -> tuple[float, float, float, str]:
+def debug_verdict(
+    directory: Path, device: str, fork_server: bool, test: str, visible_devices: str | None = None
+) -> tuple[float, float, float, str]:
     """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line)."""
     run_dir = Path(tempfile.mkdtemp(prefix="debug-", dir=directory))
     (run_dir / "test_bench.py").write_text(test)
     env = _env(run_dir, device, **({} if fork_server else {"PYTEST_AOTI_FORK_SERVER": "0"}))
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
     started = time.monotonic()
     result = subprocess.run(
         [
@@ -224,6 +229,7 @@ def debug_verdict(directory: Path, device: str, fork_server: bool, test: str) ->
     )
     wall = time.monotonic() - started
     output = result.stdout + result.stderr
+    (run_dir / "pytest-output.txt").write_text(output)
     stages = [float(s) for s in re.findall(r"debug stages: ([\d.]+) s in all", output)]
     compiling = re.search(r"aoti cache: .*?([\d.]+) s compiling", output)
     summary = (re.findall(r"=+ (\d+ (?:failed|passed).*) =+", output) or ["?"])[-1]
@@ -234,8 +240,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--suite", action="store_true")
+    parser.add_argument("--suite-only", action="store_true", help="only the 6-test file, without then with")
+    parser.add_argument("--side-by-side", action="store_true", help="the suite's two runs at once, one GPU each")
     options = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="warm-bench-"))
+    if options.suite_only:
+        suite_walls(directory, options.device, options.side_by_side)
+        return
     costs = compile_costs(directory, options.device)
     warm = costs["warm process (second compile)"]
     print(f"device {options.device}: one small MLP, export + compile, empty Inductor cache each")
@@ -248,14 +259,30 @@ def main() -> None:
             f"against its own compile {compiling:.1f} s ({stages / compiling:.2f}x); wall {wall:.1f} s ({summary})"
         )
     if options.suite:
-        walls = {}
-        for fork_server in (False, True):
-            walls[fork_server], _, _, summary = debug_verdict(directory, options.device, fork_server, SUITE_TEST)
-            print(
-                f"6-test file, two failures, plain --aoti-debug, fork server {'on ' if fork_server else 'off'}: "
-                f"{walls[fork_server]:.1f} s ({summary})"
-            )
-        print(f"  with the fork server: {walls[True] / walls[False]:.2f}x the wall time without it")
+        suite_walls(directory, options.device, options.side_by_side)
+
+
+def suite_walls(directory: Path, device: str, side_by_side: bool) -> None:
+    """The 6-test file under plain ``--aoti-debug`` without, then with, the fork server (or both at once)."""
+    results: dict[bool, tuple[float, float, float, str]] = {}
+    if side_by_side:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            runs = {
+                on: pool.submit(debug_verdict, directory, device, on, SUITE_TEST, "1" if on else "0")
+                for on in (False, True)
+            }
+            results = {on: run.result() for on, run in runs.items()}
+    else:
+        results = {on: debug_verdict(directory, device, on, SUITE_TEST) for on in (False, True)}
+    for fork_server in (False, True):
+        wall, _, _, summary = results[fork_server]
+        print(
+            f"6-test file, two failures, plain --aoti-debug, fork server {'on ' if fork_server else 'off'}"
+            f"{' (side by side, one GPU each)' if side_by_side else ''}: {wall:.1f} s ({summary})"
+        )
+    print(f"  with the fork server: {results[True][0] / results[False][0]:.2f}x the wall time without it")
 
 
 if __name__ == "__main__":
