@@ -127,7 +127,7 @@ class Lookup(torch.nn.Module):
 
 
 def test_crash(aoti_compile, aoti_device):
-    if aoti_device.startswith("cuda"):
+    if torch.device(aoti_device).type == "cuda":
         compiled = aoti_compile(Lookup().to(aoti_device), (torch.zeros(4, dtype=torch.int64, device=aoti_device),))
         compiled(torch.full((4,), 5000, dtype=torch.int64, device=aoti_device))
         torch.cuda.synchronize()
