@@ -13,8 +13,11 @@ against its own cold compile, with the fork server (default) and without it (``P
 an out-of-range embedding index, a device-side assert) under plain ``pytest --aoti-debug``, without then with the
 fork server. ``--suite-only`` runs only that part; ``--side-by-side`` runs its two runs at the same time, each on
 its own GPU (``CUDA_VISIBLE_DEVICES`` 0 and 1), so both meet the same machine load (a two-GPU host).
+``--before-tree DIR``: the "without" run is pytest-aoti as it was in DIR (a checkout of an older commit, e.g.
+``git worktree add /tmp/before 7761002``, the tree issue #51 measured), not this tree with the fork server off.
 
     python bench/warm_process_benchmark.py [--device cpu|cuda] [--suite] [--suite-only] [--side-by-side]
+        [--before-tree DIR]
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def test_second():
 """
 
 NAN_TEST = """
+import pytest
 import torch
 
 
@@ -126,6 +130,7 @@ class Lookup(torch.nn.Module):
         return self.embedding(index) * 2
 
 
+@pytest.mark.aoti(allow_out_of_range=True)  # past the input check, to the device-side assert
 def test_crash(aoti_compile, aoti_device):
     if torch.device(aoti_device).type == "cuda":
         compiled = aoti_compile(Lookup().to(aoti_device), (torch.zeros(4, dtype=torch.int64, device=aoti_device),))
@@ -201,12 +206,20 @@ def _plugin_args() -> list[str]:
 
 
 def debug_verdict(
-    directory: Path, device: str, fork_server: bool, test: str, visible_devices: str | None = None
+    directory: Path,
+    device: str,
+    fork_server: bool,
+    test: str,
+    visible_devices: str | None = None,
+    tree: Path | None = None,
 ) -> tuple[float, float, float, str]:
-    """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line)."""
+    """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line); ``tree``: run
+    the pytest-aoti of that checkout instead of this one."""
     run_dir = Path(tempfile.mkdtemp(prefix="debug-", dir=directory))
     (run_dir / "test_bench.py").write_text(test)
     env = _env(run_dir, device, **({} if fork_server else {"PYTEST_AOTI_FORK_SERVER": "0"}))
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree.resolve()), os.environ.get("PYTHONPATH", "")]))
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
     started = time.monotonic()
@@ -242,10 +255,11 @@ def main() -> None:
     parser.add_argument("--suite", action="store_true")
     parser.add_argument("--suite-only", action="store_true", help="only the 6-test file, without then with")
     parser.add_argument("--side-by-side", action="store_true", help="the suite's two runs at once, one GPU each")
+    parser.add_argument("--before-tree", type=Path, default=None, help="the 'without' run: pytest-aoti of this tree")
     options = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="warm-bench-"))
     if options.suite_only:
-        suite_walls(directory, options.device, options.side_by_side)
+        suite_walls(directory, options.device, options.side_by_side, options.before_tree)
         return
     costs = compile_costs(directory, options.device)
     warm = costs["warm process (second compile)"]
@@ -259,30 +273,36 @@ def main() -> None:
             f"against its own compile {compiling:.1f} s ({stages / compiling:.2f}x); wall {wall:.1f} s ({summary})"
         )
     if options.suite:
-        suite_walls(directory, options.device, options.side_by_side)
+        suite_walls(directory, options.device, options.side_by_side, options.before_tree)
 
 
-def suite_walls(directory: Path, device: str, side_by_side: bool) -> None:
-    """The 6-test file under plain ``--aoti-debug`` without, then with, the fork server (or both at once)."""
+def suite_walls(directory: Path, device: str, side_by_side: bool, before_tree: Path | None) -> None:
+    """The 6-test file under plain ``--aoti-debug`` without, then with, the fork server (or both at once); with
+    ``before_tree``, "without" is that older pytest-aoti (its own defaults) rather than this one's server off."""
+
+    def run(after: bool, visible_devices: str | None) -> tuple[float, float, float, str]:
+        tree = None if after else before_tree
+        return debug_verdict(directory, device, after or before_tree is not None, SUITE_TEST, visible_devices, tree)
+
     results: dict[bool, tuple[float, float, float, str]] = {}
     if side_by_side:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(2) as pool:
-            runs = {
-                on: pool.submit(debug_verdict, directory, device, on, SUITE_TEST, "1" if on else "0")
-                for on in (False, True)
-            }
-            results = {on: run.result() for on, run in runs.items()}
+            runs = {after: pool.submit(run, after, "1" if after else "0") for after in (False, True)}
+            results = {after: future.result() for after, future in runs.items()}
     else:
-        results = {on: debug_verdict(directory, device, on, SUITE_TEST) for on in (False, True)}
-    for fork_server in (False, True):
-        wall, _, _, summary = results[fork_server]
+        results = {after: run(after, None) for after in (False, True)}
+    names = {False: f"before ({before_tree})", True: "after (this tree)"} if before_tree else {}
+    for after in (False, True):
+        wall, stages, _, summary = results[after]
+        name = names.get(after) or f"fork server {'on ' if after else 'off'}"
         print(
-            f"6-test file, two failures, plain --aoti-debug, fork server {'on ' if fork_server else 'off'}"
-            f"{' (side by side, one GPU each)' if side_by_side else ''}: {wall:.1f} s ({summary})"
+            f"6-test file, two failures, plain --aoti-debug, {name}"
+            f"{' (side by side, one GPU each)' if side_by_side else ''}: {wall:.1f} s, debug stages {stages:.1f} s"
+            f" ({summary})"
         )
-    print(f"  with the fork server: {results[True][0] / results[False][0]:.2f}x the wall time without it")
+    print(f"  after / before: {results[True][0] / results[False][0]:.2f}x the wall time")
 
 
 if __name__ == "__main__":
