@@ -163,9 +163,10 @@ class PublicVerdict:
     - ``reproduced``: whether any rerun failed as the test did; ``reproduction``: ``consistent (2 of 2 reruns)``,
       ``flaky (1 of 3 reruns)``, ``did not reproduce (0 of 3 reruns)``, or None without a rerun; ``flaky``: some
       reruns failed and some passed.
-    - ``suspect_kernel``: the kernel that never finished, else the last one that completed (None for a crash while
-      no kernel ran); ``first_nonfinite_kernel``: the kernel that wrote the first buffer holding NaN/Inf
-      (``model input`` when an input held it), and ``first_nonfinite_buffer`` that buffer (or input).
+    - ``suspect_kernel``: the kernel that never finished; for a NaN/Inf, the kernel that wrote the first
+      non-finite buffer; else the last one that completed (None for a crash while no kernel ran);
+      ``first_nonfinite_kernel``: the kernel that wrote the first buffer holding NaN/Inf (``model input`` when an
+      input held it), and ``first_nonfinite_buffer`` that buffer (or input).
     - ``numerics``: stage numerics' answer in one line (the first divergent kernel, or why none diverged), or None
       where it did not run; ``first_divergent_kernel``: that kernel, or None (JUnit ``aoti_first_divergent_kernel``
       says ``none`` where stage numerics compared and no kernel diverged).

@@ -625,3 +625,7 @@ def test_a_nan_verdict_leads_with_the_kernel_that_made_it(pytester: pytest.Pytes
     assert re.match(lead, str(properties["aoti_verdict"])), properties
     assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (kernel, buffer)
     assert re.match(rf"{kernel}: at .*test_user.py:{log_line} in forward", str(properties["aoti_source"])), properties
+    # The kernel the failure is blamed on is the writer too: the linear's NaN input is not shown as a "bad input"
+    # (it was: "bad input buf1 (…nan…) into aoti_torch_cpu_addmm_out: not finite"), and inputs shown are the writer's.
+    assert properties["aoti_suspect_kernel"] == kernel, properties
+    assert "into aoti_torch_cpu_addmm_out" not in text and "inputs of aoti_torch_cpu_addmm_out" not in text, text

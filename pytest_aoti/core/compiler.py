@@ -12,7 +12,6 @@ import os
 import time
 import traceback
 import uuid
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from pytest_aoti.core.torch_private import (
     inductor_load_package,
     package_loader,
     package_metadata,
+    torch_internal_deprecations_silenced,
 )
 
 _LEAF_TYPES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -497,28 +497,11 @@ def _build_package(
     isa_verdicts.use_recorded()  # Inductor's ISA probes, answered from this machine's record where it has one
     started = time.perf_counter()
     try:
-        with _torch_internal_deprecations_silenced():
+        with torch_internal_deprecations_silenced():
             torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
     except Exception as error:
         raise AOTICompileError(one_line(error)) from error
     return package_path, time.perf_counter() - started
-
-
-# Deprecation warnings torch's compile raises from its own code (torch.utils.mkldnn's import, Inductor's deepcopy of
-# pytree specs): nothing a test's author can act on, yet they fill every report's warnings summary. Only these
-# messages, only while Inductor compiles: the model's own code ran at export.
-_TORCH_INTERNAL_DEPRECATIONS = (
-    (r"`torch\.jit\.script_method` is deprecated", DeprecationWarning),
-    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
-)
-
-
-@contextlib.contextmanager
-def _torch_internal_deprecations_silenced() -> Iterator[None]:
-    with warnings.catch_warnings():
-        for message, category in _TORCH_INTERNAL_DEPRECATIONS:
-            warnings.filterwarnings("ignore", message=message, category=category)
-        yield
 
 
 _COMPILE_FLAGS = (

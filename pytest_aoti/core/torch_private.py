@@ -8,6 +8,9 @@ cached run loads packages without importing Inductor at all.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -375,3 +378,20 @@ def memoize_isa_checks(recorded: dict[str, bool]) -> dict[str, bool] | None:
     check_build._pytest_aoti_memo = memo  # type: ignore[attr-defined]
     VecISA.check_build = check_build  # type: ignore[method-assign]
     return memo
+
+
+# Deprecation warnings torch's compile raises from its own code (torch.utils.mkldnn's import, Inductor's deepcopy of
+# pytree specs): nothing a test's author can act on, yet they fill every report's warnings summary. Only these
+# messages, only while Inductor compiles or is imported: the model's own code ran at export.
+_TORCH_INTERNAL_DEPRECATIONS = (
+    (r"`torch\.jit\.script_method` is deprecated", DeprecationWarning),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+)
+
+
+@contextlib.contextmanager
+def torch_internal_deprecations_silenced() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for message, category in _TORCH_INTERNAL_DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield

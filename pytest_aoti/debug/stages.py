@@ -282,9 +282,18 @@ class Verdict:
 
     @property
     def suspect_kernel(self) -> str | None:
+        """The kernel the failure is blamed on: the one that never finished; for a NaN/Inf (no crash), the one that
+        wrote the first non-finite buffer, since the NaN asserts can stop the package after a later kernel that only
+        read it (on CPU, the extern matmul after the fused kernel); else the last one that completed. None for a
+        crash while no kernel ran."""
         if self.crashed_after_run:
             return None
-        return self.died_in or self.last_completed
+        if self.died_in is not None:
+            return self.died_in
+        first = self.first
+        crashed = first is not None and first.outcome is Outcome.CRASHED
+        writer = self.first_nonfinite.kernel if self.first_nonfinite is not None and not crashed else None
+        return writer or self.last_completed
 
 
 def failure_if_different(original: str | None, verdict: Verdict) -> str | None:
