@@ -15,9 +15,10 @@ fork server. ``--suite-only`` runs only that part; ``--side-by-side`` runs its t
 its own GPU (``CUDA_VISIBLE_DEVICES`` 0 and 1), so both meet the same machine load (a two-GPU host).
 ``--before-tree DIR``: the "without" run is pytest-aoti as it was in DIR (a checkout of an older commit, e.g.
 ``git worktree add /tmp/before 7761002``, the tree issue #51 measured), not this tree with the fork server off.
+``--limit S`` stops a suite run after S seconds: a "before" stopped there gives a bound ("at most") on the ratio.
 
     python bench/warm_process_benchmark.py [--device cpu|cuda] [--suite] [--suite-only] [--side-by-side]
-        [--before-tree DIR]
+        [--before-tree DIR] [--limit S]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -212,9 +214,11 @@ def debug_verdict(
     test: str,
     visible_devices: str | None = None,
     tree: Path | None = None,
+    limit: float | None = None,
 ) -> tuple[float, float, float, str]:
     """(wall seconds, debug-stage seconds, the failing test's own compile seconds, the summary line); ``tree``: run
-    the pytest-aoti of that checkout instead of this one."""
+    the pytest-aoti of that checkout instead of this one. A run past ``limit`` seconds is stopped (its whole process
+    group) and its wall time is the limit, with the summary ``stopped at the limit``: a lower bound."""
     run_dir = Path(tempfile.mkdtemp(prefix="debug-", dir=directory))
     (run_dir / "test_bench.py").write_text(test)
     env = _env(run_dir, device, **({} if fork_server else {"PYTEST_AOTI_FORK_SERVER": "0"}))
@@ -222,30 +226,41 @@ def debug_verdict(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree.resolve()), os.environ.get("PYTHONPATH", "")]))
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *_plugin_args(),
+        "--aoti-debug",
+        "-p",
+        "no:cacheprovider",
+        f"--aoti-device={device}",
+        "test_bench.py",
+    ]
     started = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *_plugin_args(),
-            "--aoti-debug",
-            "-p",
-            "no:cacheprovider",
-            f"--aoti-device={device}",
-            "test_bench.py",
-        ],
+    process = subprocess.Popen(
+        command,
         cwd=run_dir,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
+    try:
+        output, _ = process.communicate(timeout=limit)
+        stopped = False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        stopped = True
     wall = time.monotonic() - started
-    output = result.stdout + result.stderr
     (run_dir / "pytest-output.txt").write_text(output)
     stages = [float(s) for s in re.findall(r"debug stages: ([\d.]+) s in all", output)]
     compiling = re.search(r"aoti cache: .*?([\d.]+) s compiling", output)
     summary = (re.findall(r"=+ (\d+ (?:failed|passed).*) =+", output) or ["?"])[-1]
+    if stopped:
+        wall, summary = float(limit or wall), f"stopped at the limit of {limit:.0f} s: at least that long"
     return wall, sum(stages), float(compiling.group(1)) if compiling else float("nan"), summary
 
 
@@ -256,10 +271,11 @@ def main() -> None:
     parser.add_argument("--suite-only", action="store_true", help="only the 6-test file, without then with")
     parser.add_argument("--side-by-side", action="store_true", help="the suite's two runs at once, one GPU each")
     parser.add_argument("--before-tree", type=Path, default=None, help="the 'without' run: pytest-aoti of this tree")
+    parser.add_argument("--limit", type=float, default=None, help="stop a suite run after this many seconds")
     options = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="warm-bench-"))
     if options.suite_only:
-        suite_walls(directory, options.device, options.side_by_side, options.before_tree)
+        suite_walls(directory, options.device, options.side_by_side, options.before_tree, options.limit)
         return
     costs = compile_costs(directory, options.device)
     warm = costs["warm process (second compile)"]
@@ -273,16 +289,19 @@ def main() -> None:
             f"against its own compile {compiling:.1f} s ({stages / compiling:.2f}x); wall {wall:.1f} s ({summary})"
         )
     if options.suite:
-        suite_walls(directory, options.device, options.side_by_side, options.before_tree)
+        suite_walls(directory, options.device, options.side_by_side, options.before_tree, options.limit)
 
 
-def suite_walls(directory: Path, device: str, side_by_side: bool, before_tree: Path | None) -> None:
+def suite_walls(
+    directory: Path, device: str, side_by_side: bool, before_tree: Path | None, limit: float | None = None
+) -> None:
     """The 6-test file under plain ``--aoti-debug`` without, then with, the fork server (or both at once); with
     ``before_tree``, "without" is that older pytest-aoti (its own defaults) rather than this one's server off."""
 
     def run(after: bool, visible_devices: str | None) -> tuple[float, float, float, str]:
         tree = None if after else before_tree
-        return debug_verdict(directory, device, after or before_tree is not None, SUITE_TEST, visible_devices, tree)
+        on = after or before_tree is not None
+        return debug_verdict(directory, device, on, SUITE_TEST, visible_devices, tree, limit)
 
     results: dict[bool, tuple[float, float, float, str]] = {}
     if side_by_side:
@@ -302,7 +321,8 @@ def suite_walls(directory: Path, device: str, side_by_side: bool, before_tree: P
             f"{' (side by side, one GPU each)' if side_by_side else ''}: {wall:.1f} s, debug stages {stages:.1f} s"
             f" ({summary})"
         )
-    print(f"  after / before: {results[True][0] / results[False][0]:.2f}x the wall time")
+    bound = "at most " if "stopped at the limit" in results[False][3] else ""
+    print(f"  after / before: {bound}{results[True][0] / results[False][0]:.2f}x the wall time")
 
 
 if __name__ == "__main__":
