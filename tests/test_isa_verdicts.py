@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.core import isa_verdicts
+from tests.conftest import RunPytest
 
 PROBE = """
 import sys
@@ -69,3 +70,39 @@ def test_a_record_of_another_machine_is_another_file(tmp_path: Path) -> None:
     assert isa_verdicts.read_record(foreign) == {"anything": False}
     isa_verdicts.forget(tmp_path)
     assert not foreign.exists()
+
+
+RECORDED_BEFORE_THE_END = """
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def test_compiles(aoti_compile):
+    aoti_compile(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+
+
+def test_the_record_is_there_already():
+    record = Path(os.environ["PYTEST_AOTI_ISA_RECORD"])
+    assert json.loads(record.read_text())["checks"]
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
+@pytest.mark.parametrize("mode", [(), ("-n", "1")], ids=["plain", "xdist worker"])
+def test_a_process_records_its_probes_before_its_session_ends(
+    pytester: pytest.Pytester,
+    run_pytest: RunPytest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: tuple[str, ...],
+) -> None:
+    """The record is written once a process has probed (a compile, a worker's warm-up), not at its session's end:
+    a worker that replaces a crashed one (which never reaches its end) or a fresh child reads it instead of probing
+    again, ~35 s on the GPU machine. Fresh interpreters: the suite's fork server has probed already."""
+    monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV, raising=False)  # the inner session names its own cache's
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)  # the base probe runs too
+    pytester.makepyfile(test_record=RECORDED_BEFORE_THE_END)
+    run_pytest(*mode, "-p", "no:logging", cache=tmp_path / "cache", fresh=True).assert_outcomes(passed=2)

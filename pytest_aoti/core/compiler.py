@@ -501,7 +501,9 @@ def _build_package(
             torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
     except Exception as error:
         raise AOTICompileError(one_line(error)) from error
-    return package_path, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    isa_verdicts.record_now()  # the probes this compile ran, for the processes that start before this one ends
+    return package_path, seconds
 
 
 _COMPILE_FLAGS = (

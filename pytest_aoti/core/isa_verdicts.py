@@ -8,8 +8,9 @@ the base one, so they are recorded beside it in the package cache (``isa-checks-
 ``isa_probe_identity``: a record of another CPU, compiler or torch is another file, never read) and every
 process pytest-aoti compiles in consults them before probing (``torch_private.memoize_isa_checks``).
 
-The session names the record in ``PYTEST_AOTI_ISA_RECORD``, so its xdist workers and children find it. Imports
-torch only when a compile is about to run.
+The session names the record in ``PYTEST_AOTI_ISA_RECORD``, so its xdist workers and children find it. A process
+adds what it probed as soon as it has probed (:func:`record_now`), so a process started before its session ends
+(the worker that replaces a crashed one) does not probe again. Imports torch only when a compile is about to run.
 """
 
 from __future__ import annotations
@@ -75,10 +76,25 @@ def use_recorded() -> None:
 def record(root: Path) -> bool:
     """At the end of a session: add what this process's probes found to the record in ``root``. True when
     something new was written."""
+    return _write(record_path(root))
+
+
+def record_now() -> bool:
+    """As soon as this process has probed (its warm-up, the fork server's, a compile): add what it found to the record
+    named by ``PYTEST_AOTI_ISA_RECORD``, so a process started before this one's session ends (the worker that
+    replaces a crashed one, a fresh child) reads it instead of probing again. Only into a cache dir that exists."""
+    named = os.environ.get(ISA_RECORD_ENV, "")
+    return bool(named) and Path(named).parent.is_dir() and _write(Path(named))
+
+
+def _write(target: Path) -> bool:
+    """Add this process's verdicts to the record at ``target``; True when something new was written."""
     if not _memo or _memo.items() <= _loaded.items():
         return False
-    target = record_path(root)
-    merged = {**read_record(target), **_memo}
+    existing = read_record(target)
+    if _memo.items() <= existing.items():
+        return False
+    merged = {**existing, **_memo}
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     try:
         partial.write_text(json.dumps({"checks": merged}, sort_keys=True))

@@ -35,6 +35,7 @@ def _warm() -> None:
 
         isa_verdicts.use_recorded()
         torch_private.run_vector_isa_probes()
+        isa_verdicts.record_now()  # for a worker that replaces this one, should a test crash it
     except Exception:  # the compile itself will meet and report whatever went wrong here
         pass
 
