@@ -101,7 +101,8 @@ def test_a_process_records_its_probes_before_its_session_ends(
 ) -> None:
     """The record is written once a process has probed (a compile, a worker's warm-up), not at its session's end:
     a worker that replaces a crashed one (which never reaches its end) or a fresh child reads it instead of probing
-    again, ~35 s on the GPU machine. Fresh interpreters: the suite's fork server has probed already."""
+    again (22.5 s of probe children on the H200 machine). Fresh interpreters: the suite's fork server has probed
+    already."""
     monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV, raising=False)  # the inner session names its own cache's
     monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)  # the base probe runs too
     pytester.makepyfile(test_record=RECORDED_BEFORE_THE_END)
