@@ -165,7 +165,12 @@ def _check_fx_minifier(built: Built) -> None:
 
 
 def _check_isa_probes(built: Built) -> None:
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
     torch_private.run_vector_isa_probes()  # the compile ran them: cached
+    picked = cpu_vec_isa.pick_vec_isa()
+    torch_private.probe_side_by_side(list(cpu_vec_isa.valid_vec_isa_list()) * 2)  # cached verdicts, side by side
+    assert cpu_vec_isa.pick_vec_isa() == picked
     assert isinstance(torch_private.vector_isa_probe_passed(), bool)
     assert isinstance(torch_private.memoize_isa_checks({}), dict)
 
@@ -214,7 +219,10 @@ CHECKS: list[tuple[Callable[[Built], None], tuple[str, ...]]] = [
     (_check_inductor_configs, ("inductor_config_snapshot", "inductor_config_defaults")),
     (_check_compiler_and_imports, ("import_what_compiles_import", "cpp_compiler")),
     (_check_fx_minifier, ("fx_minifier",)),
-    (_check_isa_probes, ("run_vector_isa_probes", "vector_isa_probe_passed", "memoize_isa_checks")),
+    (
+        _check_isa_probes,
+        ("run_vector_isa_probes", "vector_isa_probe_passed", "memoize_isa_checks", "probe_side_by_side"),
+    ),
     (_check_cuda_state, ("cuda_initialized", "cuda_fork_poisoned")),
     (_check_env_configs, ("can_reread_env_configs", "reread_env_configs")),
 ]

@@ -55,6 +55,7 @@ from pytest_aoti.core.torch_private import (
     inductor_load_package,
     package_loader,
     package_metadata,
+    run_vector_isa_probes,
     torch_internal_deprecations_silenced,
 )
 
@@ -497,6 +498,8 @@ def _build_package(
     isa_verdicts.use_recorded()  # Inductor's ISA probes, answered from this machine's record where it has one
     started = time.perf_counter()
     try:
+        # Where no warm-up ran them (a plain session), the ISA probes side by side rather than one by one.
+        run_vector_isa_probes()
         with torch_internal_deprecations_silenced():
             torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
     except Exception as error:
