@@ -55,7 +55,6 @@ from pytest_aoti.core.torch_private import (
     inductor_load_package,
     package_loader,
     package_metadata,
-    run_vector_isa_probes,
     torch_internal_deprecations_silenced,
 )
 
@@ -495,18 +494,16 @@ def _build_package(
     from pytest_aoti.core import isa_verdicts, warm_up
 
     warm_up.wait()  # a warm-up started beside collection: its imports and probes are this compile's
-    isa_verdicts.use_recorded()  # Inductor's ISA probes, answered from this machine's record where it has one
     started = time.perf_counter()
     try:
-        # Where no warm-up ran them (a plain session), the ISA probes side by side rather than one by one.
-        run_vector_isa_probes()
+        # Where no warm-up ran them (a plain session), the ISA probes: answered from the record, else run side by
+        # side and recorded at once, for the processes that start before this one ends. Counted as compile time.
+        isa_verdicts.probe()
         with torch_internal_deprecations_silenced():
             torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
     except Exception as error:
         raise AOTICompileError(one_line(error)) from error
-    seconds = time.perf_counter() - started
-    isa_verdicts.record_now()  # the probes this compile ran, for the processes that start before this one ends
-    return package_path, seconds
+    return package_path, time.perf_counter() - started
 
 
 _COMPILE_FLAGS = (

@@ -73,6 +73,17 @@ def use_recorded() -> None:
     _memo = memo if memo is not None else {}  # the dict the probes fill: empty at first, never replaced
 
 
+def probe() -> None:
+    """Inductor's ISA probes as every process pytest-aoti compiles in runs them (a worker's warm-up, the fork
+    server's, a compile): answered from the record where it has an answer, the rest run (side by side), and what
+    was probed recorded at once (:func:`record_now`)."""
+    from pytest_aoti.core import torch_private
+
+    use_recorded()
+    torch_private.run_vector_isa_probes()
+    record_now()
+
+
 def record(root: Path) -> bool:
     """At the end of a session: add what this process's probes found to the record in ``root``. True when
     something new was written."""

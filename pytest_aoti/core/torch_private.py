@@ -276,6 +276,9 @@ def run_vector_isa_probes() -> None:
     that loads it (one that imports torch, before torch 2.13): 22.5 s on the H200 machine. They are independent,
     so each candidate ISA is probed in a thread of its own first (:func:`probe_side_by_side`), and the list then
     answers from their cached verdicts."""
+    global _vector_isas_probed
+    if _vector_isas_probed:  # every verdict is cached on its ISA: a fork inherits them
+        return
     import torch._inductor.cpu_vec_isa as cpu_vec_isa
 
     listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
@@ -283,6 +286,10 @@ def run_vector_isa_probes() -> None:
         return
     probe_side_by_side(_advertised_isas(cpu_vec_isa))
     listing()
+    _vector_isas_probed = True
+
+
+_vector_isas_probed = False
 
 
 def _advertised_isas(cpu_vec_isa: Any) -> list[Any]:

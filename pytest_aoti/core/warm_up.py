@@ -31,11 +31,9 @@ def _import_here() -> None:
 
 def _warm() -> None:
     try:
-        from pytest_aoti.core import isa_verdicts, torch_private
+        from pytest_aoti.core import isa_verdicts
 
-        isa_verdicts.use_recorded()
-        torch_private.run_vector_isa_probes()
-        isa_verdicts.record_now()  # for a worker that replaces this one, should a test crash it
+        isa_verdicts.probe()  # recorded at once: for a worker that replaces this one, should a test crash it
     except Exception:  # the compile itself will meet and report whatever went wrong here
         pass
 

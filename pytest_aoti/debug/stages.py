@@ -265,20 +265,22 @@ class Verdict:
         return f"{word} ({failed} of {total} rerun{'' if total == 1 else 's'})"
 
     @property
+    def crashed(self) -> bool:
+        """The run the verdict describes crashed."""
+        first = self.first
+        return first is not None and first.outcome is Outcome.CRASHED
+
+    @property
     def crashed_after_run(self) -> bool:
         """A crash while no kernel ran: the package was loaded but had not run, or its last run had returned (a
         crash in the test's own code or a fixture's teardown, unless the package corrupted memory used later)."""
-        first = self.first
-        crashed = first is not None and first.outcome is Outcome.CRASHED
-        return crashed and self.died_in is None and self.phase in ("loaded", "ran")
+        return self.crashed and self.died_in is None and self.phase in ("loaded", "ran")
 
     @property
     def crashed_between_kernels(self) -> bool:
         """A crash after the last kernel that completed and before the next one launched (a custom op or an
         extern call): the next call in the package is where it was."""
-        first = self.first
-        crashed = first is not None and first.outcome is Outcome.CRASHED
-        return crashed and self.died_in is None and self.last_completed is not None and not self.crashed_after_run
+        return self.crashed and self.died_in is None and self.last_completed is not None and not self.crashed_after_run
 
     @property
     def suspect_kernel(self) -> str | None:
@@ -290,9 +292,7 @@ class Verdict:
             return None
         if self.died_in is not None:
             return self.died_in
-        first = self.first
-        crashed = first is not None and first.outcome is Outcome.CRASHED
-        writer = self.first_nonfinite.kernel if self.first_nonfinite is not None and not crashed else None
+        writer = self.first_nonfinite.kernel if self.first_nonfinite is not None and not self.crashed else None
         return writer or self.last_completed
 
 

@@ -48,9 +48,7 @@ def warm_up() -> None:
     from pytest_aoti.core import isa_verdicts, torch_private
 
     torch_private.import_what_compiles_import()
-    isa_verdicts.use_recorded()  # a probe this machine recorded is not run again
-    torch_private.run_vector_isa_probes()
-    isa_verdicts.record_now()  # and what it probed, for the session's processes that start fresh
+    isa_verdicts.probe()  # a probe this machine recorded is not run again; what it runs is recorded for the rest
 
 
 def unsafe_reason() -> str | None:
