@@ -23,7 +23,7 @@ from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.debug import options as debug_options
 from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
-from pytest_aoti.forkserver.client import start_server, stop_server
+from pytest_aoti.forkserver.client import cores_to_spare, start_server, stop_server
 from pytest_aoti.roles import Role
 from pytest_aoti.settings import item_settings, settings_key
 
@@ -101,8 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
     """Whether to start the fork server ahead of need: in the process pytest was started as (``pytest.main()``
-    inside a test or a script starts one at its first child instead), when tests will run and may have children."""
-    if debug.no_children_reason or not roles.started_as_pytest(config):
+    inside a test or a script starts one at its first child instead), when tests will run and may have children,
+    on a machine with cores to spare (a small runner starts it at its first child)."""
+    if debug.no_children_reason or not roles.started_as_pytest(config) or not cores_to_spare():
         return False
     return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
 
@@ -183,8 +184,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """An xdist worker's first test that will compile: warm up beside the rest of collection and the scheduling
-    (core.warm_up). Only in a worker, a process that only runs tests: never in the process the user started, where a
-    thread importing Inductor would run beside whatever else it does (a pytest run inside a test, a script)."""
+    (core.warm_up). Only in a worker, a process that only runs tests: never in the process the user started, where
+    a thread probing (and importing part of Inductor) would run beside whatever else it does (a pytest run inside a
+    test, a script)."""
     if roles.role(item.config) is not Role.WORKER:
         return
     if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):

@@ -491,9 +491,11 @@ def _build_package(
     package_dir.mkdir(parents=True, exist_ok=True)
     package_path = package_dir / f"{stem}-{uuid.uuid4().hex[:8]}.pt2"
     phases.mark("compile", str(package_path))
-    from pytest_aoti.core import isa_verdicts, warm_up
+    from pytest_aoti.core import isa_verdicts, torch_private, warm_up
 
-    warm_up.wait()  # a warm-up started beside collection: its imports and probes are this compile's
+    with torch_internal_deprecations_silenced():  # beside a warm-up's probes, which this compile then waits for
+        torch_private.import_what_compiles_import()
+    warm_up.wait()
     started = time.perf_counter()
     try:
         # Where no warm-up ran them (a plain session), the ISA probes: answered from the record, else run side by
