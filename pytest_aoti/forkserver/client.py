@@ -1,9 +1,8 @@
 """The session's side of the fork server: start it, and start children from it.
 
 The process that may start children (the user's session, or an xdist controller) starts one server at configure
-time when debugging is on and the machine has cores to spare (:func:`cores_to_spare`), and hands its socket to its
-xdist workers through ``PYTEST_AOTI_FORK_SERVER``; a process that needs a child and has none (a test marked
-``aoti_ima`` without ``--aoti-debug``, or any child on a small machine) starts its own then.
+time when debugging is on, and hands its socket to its xdist workers through ``PYTEST_AOTI_FORK_SERVER``; a process
+that needs a child and has none (a test marked ``aoti_ima`` without ``--aoti-debug``) starts its own then.
 ``PYTEST_AOTI_FORK_SERVER=0`` turns it off: every child then starts fresh, as it did before.
 
 :func:`start_forked` returns a :class:`ForkedProcess`, which waits and reports like ``subprocess.Popen``, or None
@@ -101,21 +100,6 @@ _lock = threading.Lock()
 
 def turned_off() -> bool:
     return os.environ.get(FORK_SERVER_ENV, "").strip().lower() in _OFF
-
-
-# A warm-up ahead of need is one core's work for seconds (a minute on the GPU machine with nothing recorded): free
-# beside the session's compiles where there are cores to spare, a tax on every run of a small CI runner otherwise,
-# where most runs have no failure to debug (docs/benchmarks.md: 0.94x on 2 cores, where it competes with them).
-_CORES_FOR_AN_EARLY_START = 4
-
-
-def cores_to_spare() -> bool:
-    """Whether this process may use enough cores that a server warming ahead of need costs the session nothing."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    return cores >= _CORES_FOR_AN_EARLY_START
 
 
 def start_server() -> ForkServer | None:
