@@ -107,3 +107,32 @@ def test_a_process_records_its_probes_before_its_session_ends(
     monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)  # the base probe runs too
     pytester.makepyfile(test_record=RECORDED_BEFORE_THE_END)
     run_pytest(*mode, "-p", "no:logging", cache=tmp_path / "cache", fresh=True).assert_outcomes(passed=2)
+
+
+PROBE_IMPORTS = """
+import json
+import sys
+
+import torch
+from pytest_aoti.core import isa_verdicts, torch_private
+
+torch_private.import_what_probes_import()
+before = set(sys.modules)
+isa_verdicts.probe()
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_probing_imports_nothing_the_warm_up_has_not_imported_first(tmp_path: Path) -> None:
+    """A worker's warm-up imports what the probes import in its own thread, then probes in another
+    (core/warm_up.py): that thread must import nothing, or two threads could import one module graph at once and
+    one of them be handed a partially initialized module. Real probes, in a fresh interpreter with nothing recorded."""
+    record = tmp_path / "isa-checks-test.json"
+    env = {**os.environ, isa_verdicts.ISA_RECORD_ENV: str(record)}
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_IMPORTS], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert json.loads(record.read_text()), "the probes ran and recorded their verdicts"

@@ -40,6 +40,7 @@ __all__ = [
     "export_size_guards",
     "fx_minifier",
     "import_what_compiles_import",
+    "import_what_probes_import",
     "inductor_config_defaults",
     "inductor_config_snapshot",
     "inductor_load_package",
@@ -107,6 +108,17 @@ def _attribute_symbol(error: AttributeError) -> str:
     """``torch._C._aoti.AOTIModelPackageLoader`` for ``module 'torch._C._aoti' has no attribute ...``."""
     owner = getattr(error.obj, "__name__", None) or type(error.obj).__qualname__
     return f"{owner}.{error.name}" if error.name else str(error)
+
+
+def import_what_probes_import() -> None:
+    """Import every module the ISA probes import (Inductor's probe and C++ builder, and ``torch.utils.cpp_extension``
+    with setuptools): probing then imports nothing. Done in the thread that starts the probes in the background, so
+    that no two threads import one module graph at once (a concurrent circular import hands one of them a partially
+    initialized module)."""
+    import torch._inductor.codecache
+    import torch._inductor.cpp_builder
+    import torch._inductor.cpu_vec_isa
+    import torch.utils.cpp_extension  # noqa: F401
 
 
 def import_what_compiles_import() -> None:
