@@ -154,6 +154,8 @@ def _check_inductor_configs(built: Built) -> None:
 
 
 def _check_compiler_and_imports(built: Built) -> None:
+    torch_private.import_what_probes_import()
+    assert "torch._inductor.cpu_vec_isa" in sys.modules and "torch.utils.cpp_extension" in sys.modules
     torch_private.import_what_compiles_import()
     assert "torch._inductor.compile_fx" in sys.modules
     assert torch_private.cpp_compiler()
@@ -217,7 +219,7 @@ CHECKS: list[tuple[Callable[[Built], None], tuple[str, ...]]] = [
     (_check_custom_ops, ("custom_op_definition", "triton_kernels_for_op")),
     (_check_triton_kernel_side_table, ("triton_kernel_side_table",)),
     (_check_inductor_configs, ("inductor_config_snapshot", "inductor_config_defaults")),
-    (_check_compiler_and_imports, ("import_what_compiles_import", "cpp_compiler")),
+    (_check_compiler_and_imports, ("import_what_probes_import", "import_what_compiles_import", "cpp_compiler")),
     (_check_fx_minifier, ("fx_minifier",)),
     (
         _check_isa_probes,
