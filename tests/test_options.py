@@ -195,6 +195,34 @@ def test_a_test_marked_aoti_ima_runs_isolated_and_the_run_says_so(
     assert "want a debug rerun" not in plain.stdout.str()
 
 
+WHAT_THE_CHILD_HAS = """
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+
+@pytest.mark.aoti_ima
+def test_light():
+    seen = {"torch": "torch" in sys.modules, "server": os.environ.get("PYTEST_AOTI_FORK_SERVER")}
+    pathlib.Path(__file__).with_name("seen.json").write_text(json.dumps(seen))
+"""
+
+
+def test_a_child_that_compiles_nothing_starts_no_fork_server(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """A warm fork pays off only for a child that imports torch and compiles: a test marked ``aoti_ima`` that uses no
+    pytest-aoti fixture starts fresh (~2 s), and no server warms up for it (~7 CPU-s, on the machine its session runs
+    on). tests/test_warm_children.py checks that such a child never waits for a server still warming up."""
+    pytester.makepyfile(test_light=WHAT_THE_CHILD_HAS)
+    result = run_pytest("-rA")
+    result.assert_outcomes(passed=1)
+    assert "ran in a fresh subprocess" in result.stdout.str()
+    # Forked from a warm server, the child would have had torch imported before its test ran, and its socket.
+    assert json.loads((pytester.path / "seen.json").read_text()) == {"torch": False, "server": None}
+
+
 HANGS = """
 import threading
 

@@ -177,3 +177,23 @@ def test_a_server_that_will_never_be_ready_is_not_waited_for(tmp_path: Path, mon
         [sys.executable, "-u", "-m", "pytest"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log"
     )
     assert started is None and not (tmp_path / "log").exists()
+
+
+def test_a_child_that_compiles_nothing_does_not_wait_for_a_warming_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An isolated test that uses no pytest-aoti fixture starts fresh in ~2 s: it never waits for a server still
+    warming up (~7 CPU-s), nor starts one. The handed-down socket here has not appeared, as while its server warms."""
+    monkeypatch.setattr(client, "_own_server", None)  # a worker: the module's server (fixture above) is not its own
+    monkeypatch.setenv(client.FORK_SERVER_ENV, str(tmp_path / "socket"))
+    command = [sys.executable, "-u", "-m", "pytest"]
+    assert (
+        client.start_forked(command, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", compiles=False)
+        is None
+    )
+    monkeypatch.delenv(client.FORK_SERVER_ENV)
+    assert (
+        client.start_forked(command, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", compiles=False)
+        is None
+    )
+    assert client.own_server() is None and not (tmp_path / "log").exists()

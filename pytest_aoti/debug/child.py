@@ -293,6 +293,9 @@ class _ChildSetup:
     log_path: Path
     report_path: Path
     tmpdir: Path
+    # Whether the child will compile (a debug stage; an isolated test that uses a pytest-aoti fixture): only then is
+    # a fork server worth starting or waiting for.
+    compiles: bool = True
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
@@ -356,6 +359,7 @@ def start_child(
     capture: bool,
     prefix: tuple[str, ...] = (),
     attempt: int = 1,
+    compiles: bool = True,
 ) -> StartedChild:
     """Start test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
     of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
@@ -387,6 +391,7 @@ def start_child(
         log_path=workdir / f"{stem}.log",
         report_path=report_path,
         tmpdir=tmpdir,
+        compiles=compiles,
     )
     return StartedChild(config, setup, timeout)
 
@@ -400,7 +405,11 @@ class StartedChild:
         self._config, self._setup, self._timeout = config, setup, timeout
         try:
             self._process = _spawn(
-                [*setup.command, *setup.overrides], env=setup.environment(), cwd=setup.cwd, log_path=setup.log_path
+                [*setup.command, *setup.overrides],
+                env=setup.environment(),
+                cwd=setup.cwd,
+                log_path=setup.log_path,
+                compiles=setup.compiles,
             )
         except BaseException:
             shutil.rmtree(setup.tmpdir, ignore_errors=True)
@@ -450,10 +459,10 @@ def run_process(
 
 
 def _spawn(
-    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path
+    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, compiles: bool = True
 ) -> subprocess.Popen[bytes] | ForkedProcess:
     """A warm fork of the session's fork server where it can give one (forkserver/), else a fresh interpreter."""
-    forked = start_forked(command, env=env, cwd=cwd, log_path=log_path)
+    forked = start_forked(command, env=env, cwd=cwd, log_path=log_path, compiles=compiles)
     if forked is not None:
         return forked
     with log_path.open("wb") as log:  # the child holds its own copy of the descriptor

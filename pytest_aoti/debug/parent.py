@@ -280,6 +280,7 @@ class ParentSession:
             timeout=resolved.isolate_timeout,
             workdir=_workdir(self.config, item.nodeid),
             capture=capture,
+            compiles=uses_aoti(item),
         ).wait()
         if not capture:
             # -s: the test's output, as it would have reached the terminal in this process.
