@@ -129,15 +129,14 @@ def own_server() -> ForkServer | None:
     return _own_server
 
 
-def _socket_path(wait: float, *, for_a_compile: bool) -> str | None:
+def _socket_path(*, for_a_compile: bool) -> str | None:
     """The socket of a ready server: this process's own, else the one a parent process handed down (whose socket
     appears once it is ready), else one started now. A child that will not compile (``for_a_compile`` false) takes
     only a server that is ready now: it starts fresh in ~2 s, faster than a server warms up for it."""
     handed_down = os.environ.get(FORK_SERVER_ENV, "").strip()
     if turned_off():
         return None
-    if not for_a_compile:
-        wait = 0.0
+    wait = _READY_WAIT_SECONDS if for_a_compile else 0.0
     server = _own_server
     if server is None and handed_down:
         deadline = time.monotonic() + wait
@@ -177,7 +176,7 @@ def start_forked(
     parsed = forkable(command)
     if parsed is None:
         return None
-    path = _socket_path(_READY_WAIT_SECONDS, for_a_compile=compiles)
+    path = _socket_path(for_a_compile=compiles)
     if path is None:
         return None
     args, safe_path = parsed
