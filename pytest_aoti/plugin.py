@@ -23,7 +23,7 @@ from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.debug import options as debug_options
 from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
-from pytest_aoti.forkserver.client import start_server, stop_server
+from pytest_aoti.forkserver.client import plan_server, stop_server
 from pytest_aoti.roles import Role
 from pytest_aoti.settings import item_settings, settings_key
 
@@ -95,15 +95,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(controller, "aoti-xdist-controller")
     if (debug.debug or debug.isolate) and not is_xdist_worker and _warm_server_wanted(config, debug):
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
-        # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment.
-        start_server()
+        # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment. It is
+        # launched when the first test that uses a pytest-aoti fixture is set up (debug/parent.py).
+        plan_server()
 
 
 def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
-    """Whether to start the fork server ahead of need: in the process pytest was started as (``pytest.main()``
+    """Whether to plan the fork server ahead of need: in the process pytest was started as (``pytest.main()``
     inside a test or a script starts one at its first child instead), when tests will run and may have children.
-    Even on 2 cores, where its warm-up competes with the session's compiles: a run with failures to debug took
-    96.4 s with it started ahead of need against 113.1 s with it started at the first child (docs/benchmarks.md)."""
+    Planned, it is launched at the first test that uses a pytest-aoti fixture, beside that test's compile, and not
+    at the first child: on 2 cores a run with failures to debug took 96.4 s with it started ahead of need against
+    113.1 s with it started at the first child (docs/benchmarks.md)."""
     if debug.no_children_reason or not roles.started_as_pytest(config):
         return False
     return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))

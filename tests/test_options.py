@@ -223,6 +223,46 @@ def test_a_child_that_compiles_nothing_starts_no_fork_server(pytester: pytest.Py
     assert json.loads((pytester.path / "seen.json").read_text()) == {"torch": False, "server": None}
 
 
+SERVER_SEEN = """
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+
+def test_{first}({fixture}):
+    pass
+
+
+def test_records_the_server():
+    directory = pathlib.Path(os.environ["PYTEST_AOTI_FORK_SERVER"]).parent
+    # The controller launches the server when it logs the first test's setup report, which it may do after this
+    # worker has gone on to this test: wait for that (never long) where the first test set up a device.
+    waited_until = time.monotonic() + {wait}
+    while (directory / "planned").exists() and time.monotonic() < waited_until:
+        time.sleep(0.1)
+    pathlib.Path(__file__).with_name("server.json").write_text(json.dumps(sorted(os.listdir(directory))))
+"""
+
+
+def test_a_debug_session_launches_its_fork_server_at_its_first_aoti_test(
+    pytester: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """Under ``--aoti-debug`` the fork server is planned at configure time (its socket path handed to the worker)
+    and launched when the first test that uses a pytest-aoti fixture has been set up: a session whose tests use
+    none never pays its warm-up (~7 CPU-s). Planned, its directory holds only the mark that says so."""
+    pytester.makepyfile(test_light=SERVER_SEEN.format(first="light", fixture="", wait=0))
+    run_pytest("--aoti-debug").assert_outcomes(passed=2)
+    assert json.loads((pytester.path / "server.json").read_text()) == ["planned"]
+
+    pytester.makepyfile(test_light=SERVER_SEEN.format(first="on_a_device", fixture="aoti_device", wait=300))
+    run_pytest("--aoti-debug").assert_outcomes(passed=2)
+    seen = json.loads((pytester.path / "server.json").read_text())
+    assert "planned" not in seen and "server.log" in seen, seen
+
+
 HANGS = """
 import threading
 

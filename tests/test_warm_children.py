@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +198,34 @@ def test_a_child_that_compiles_nothing_does_not_wait_for_a_warming_server(
         is None
     )
     assert client.own_server() is None and not (tmp_path / "log").exists()
+
+
+def test_a_killed_sessions_server_directory_is_removed_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session killed with SIGKILL cannot remove its fork server's directory (its server dies with it): the next
+    session that plans a server removes it, and nothing that is not such a directory of a dead process."""
+    import subprocess
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead, alive = ended.pid, os.getpid()
+    left = {name: tmp_path / name for name in ("dead", "alive", "foreign", "not_ours")}
+    left["dead"] = tmp_path / f"pytest-aoti-fork-{dead}-abc"
+    left["alive"] = tmp_path / f"pytest-aoti-fork-{alive}-def"
+    left["foreign"] = tmp_path / f"pytest-aoti-fork-{dead}-ghi"  # holds a file a server never makes
+    left["not_ours"] = tmp_path / f"pytest-aoti-forkish-{dead}-jkl"
+    for directory in left.values():
+        directory.mkdir()
+        (directory / "server.log").write_text("")
+    (left["foreign"] / "notes.txt").write_text("the user's")
+    planned = client.ForkServer()
+    try:
+        assert not left["dead"].exists()
+        assert all(left[name].exists() for name in ("alive", "foreign", "not_ours"))
+        assert planned.dir.parent == tmp_path and planned.dir.name.startswith(f"pytest-aoti-fork-{alive}-")
+        assert sorted(entry.name for entry in planned.dir.iterdir()) == [client.PLANNED_MARK]
+    finally:
+        planned.close()
+    assert not planned.dir.exists()

@@ -49,6 +49,7 @@ from pytest_aoti.debug.reporting import (
 )
 from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
+from pytest_aoti.forkserver.client import launch_server
 from pytest_aoti.hookspecs import PublicVerdict
 from pytest_aoti.settings import session_temp_key, settings_key, uses_aoti
 from pytest_aoti.shared.figure_data import attach_figure_data
@@ -357,6 +358,10 @@ class ParentSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup" and record_of(report).device is not None:
+            # A test that uses a pytest-aoti fixture was set up, here or in an xdist worker: the planned fork server
+            # warms up beside its compile (a no-op in a worker, or once launched).
+            launch_server()
         if report is self.interrupted_at:  # logged: Ctrl-C came during its debug rerun, now it ends the run
             raise KeyboardInterrupt
 

@@ -1,8 +1,12 @@
 """The session's side of the fork server: start it, and start children from it.
 
-The process that may start children (the user's session, or an xdist controller) starts one server at configure
-time when debugging is on, and hands its socket to its xdist workers through ``PYTEST_AOTI_FORK_SERVER``; a process
-that needs a child and has none (a test marked ``aoti_ima`` without ``--aoti-debug``) starts its own then.
+The process that may start children (the user's session, or an xdist controller) *plans* one server at configure
+time when debugging is on: it makes the server's directory and hands its socket path to its xdist workers through
+``PYTEST_AOTI_FORK_SERVER``. It launches the server when the first test that uses a pytest-aoti fixture is set up
+(:func:`launch_server`): the server's warm-up (~7 CPU-s) then runs beside that test's compile, and a session whose
+tests compile nothing never pays it. A child asked for before the launch starts fresh: nobody waits on a server that is
+only planned. A process that needs a child and has no server (a test marked ``aoti_ima`` without ``--aoti-debug``)
+starts its own then.
 ``PYTEST_AOTI_FORK_SERVER=0`` turns it off: every child then starts fresh, as it did before.
 
 :func:`start_forked` returns a :class:`ForkedProcess`, which waits and reports like ``subprocess.Popen``, or None
@@ -17,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,6 +36,10 @@ from pytest_aoti.forkserver.server import SERVER_ONLY_ENV
 
 FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
 UNSAFE_MARK = "unsafe"  # beside the socket: the server will never be ready
+PLANNED_MARK = "planned"  # beside the socket until the server is launched: a child starts fresh rather than wait
+_DIR_PREFIX = "pytest-aoti-fork-"
+# All a server's directory ever holds: what a later session may remove once the session that made it is dead.
+_DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK})
 _OFF = ("0", "off", "no", "false")
 # How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
 # same warm-up, so waiting is never slower unless the server is stuck.
@@ -38,16 +47,27 @@ _READY_WAIT_SECONDS = 600.0
 
 
 class ForkServer:
-    """A running fork server: its process, its socket and what it said when it was ready."""
+    """A fork server: planned (its directory, its socket path) until :meth:`launch` starts its process; then its
+    process, its socket and what it said when it was ready."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pytest-aoti-fork-"))
+        _remove_dirs_of_dead_sessions()
+        # The pid in the name: a session killed with SIGKILL cannot remove its directory, the next session does.
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
         self.socket_path = str(self.dir / "socket")
-        self.started = time.monotonic()
+        self.started: float | None = None
         self.ready_seconds: float | None = None
         self.unsafe: str | None = None
         self.forked = 0
+        self.process: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
+        (self.dir / PLANNED_MARK).touch()
+
+    def launch(self) -> None:
+        """Start the server's process, once."""
+        if self.process is not None:
+            return
+        self.started = time.monotonic()
         env = {**os.environ, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
         env.pop(FORK_SERVER_ENV, None)
         with (self.dir / "server.log").open("wb") as log:
@@ -58,9 +78,11 @@ class ForkServer:
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
+        (self.dir / PLANNED_MARK).unlink(missing_ok=True)  # from here a child waits for the socket
         threading.Thread(target=self._read_readiness, daemon=True).start()
 
     def _read_readiness(self) -> None:
+        assert self.process is not None and self.started is not None
         stdout: IO[bytes] | None = self.process.stdout
         line = stdout.readline() if stdout is not None else b""
         try:
@@ -79,19 +101,38 @@ class ForkServer:
         return self._ready.wait(timeout) and self.unsafe is None
 
     def close(self) -> None:
-        stdin = self.process.stdin
-        if stdin is not None:
+        if self.process is not None:
+            stdin = self.process.stdin
+            if stdin is not None:
+                try:
+                    stdin.close()  # the server's loop ends
+                except OSError:
+                    pass
             try:
-                stdin.close()  # the server's loop ends
-            except OSError:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        processes.signal_group(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+            processes.signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _remove_dirs_of_dead_sessions() -> None:
+    """Remove the server directories of sessions that died without removing them (SIGKILL): this user's, named with
+    a pid that no longer runs, holding nothing but what a server directory holds."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*-*"):
+        pid = directory.name[len(_DIR_PREFIX) :].split("-", 1)[0]
+        try:
+            status = directory.lstat()
+            if not pid.isdigit() or status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
+                continue
+            if not {entry.name for entry in directory.iterdir()} <= _DIR_CONTENTS:
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except OSError:  # gone meanwhile, unreadable, or a live process of another user
+            continue
 
 
 _own_server: ForkServer | None = None
@@ -102,15 +143,29 @@ def turned_off() -> bool:
     return os.environ.get(FORK_SERVER_ENV, "").strip().lower() in _OFF
 
 
-def start_server() -> ForkServer | None:
-    """Start this process's fork server (once), and hand its socket to the processes started from here (xdist
-    workers) through the environment. None when turned off."""
+def plan_server() -> ForkServer | None:
+    """Plan this process's fork server (once): its directory, and its socket path handed to the processes started
+    from here (xdist workers) through the environment. :func:`launch_server` starts it. None when turned off."""
     global _own_server
     with _lock:
         if _own_server is None and not turned_off():
             _own_server = ForkServer()
             os.environ[FORK_SERVER_ENV] = _own_server.socket_path
         return _own_server
+
+
+def launch_server() -> None:
+    """Start this process's planned fork server, if it planned one: a test that compiles is being set up."""
+    with _lock:
+        if _own_server is not None:
+            _own_server.launch()
+
+
+def start_server() -> ForkServer | None:
+    """Plan this process's fork server and launch it now. None when turned off."""
+    server = plan_server()
+    launch_server()
+    return server
 
 
 def stop_server() -> ForkServer | None:
@@ -130,9 +185,11 @@ def own_server() -> ForkServer | None:
 
 
 def _socket_path(*, for_a_compile: bool) -> str | None:
-    """The socket of a ready server: this process's own, else the one a parent process handed down (whose socket
-    appears once it is ready), else one started now. A child that will not compile (``for_a_compile`` false) takes
-    only a server that is ready now: it starts fresh in ~2 s, faster than a server warms up for it."""
+    """The socket of a ready server: this process's own (launched now for a compile if it was only planned), else
+    the one a parent process handed down (whose socket appears once it is ready), else one started now. A child
+    that will not compile (``for_a_compile`` false) takes only a server that is ready now: it starts fresh in ~2 s,
+    faster than a server warms up for it. Nobody waits for a handed-down server that is only planned: the parent
+    may never launch it."""
     handed_down = os.environ.get(FORK_SERVER_ENV, "").strip()
     if turned_off():
         return None
@@ -142,14 +199,15 @@ def _socket_path(*, for_a_compile: bool) -> str | None:
         deadline = time.monotonic() + wait
         directory = os.path.dirname(handed_down)
         while not os.path.exists(handed_down):
-            gone = not os.path.isdir(directory) or os.path.exists(os.path.join(directory, UNSAFE_MARK))
+            marks = (UNSAFE_MARK, PLANNED_MARK)
+            gone = not os.path.isdir(directory) or any(os.path.exists(os.path.join(directory, m)) for m in marks)
             if gone or time.monotonic() >= deadline:
                 return None
             time.sleep(0.2)
         return handed_down
-    if server is None and not for_a_compile:
-        return None
-    server = server or start_server()
+    if not for_a_compile:
+        return server.socket_path if server is not None and server.wait_ready(0) else None
+    server = start_server()
     if server is None or not server.wait_ready(wait):
         return None
     return server.socket_path
