@@ -83,6 +83,9 @@ class DebugRequest:
     minify: bool = False  # --aoti-minify: add stage minify whatever the stages
     minify_budget: float = DEFAULT_MINIFY_BUDGET
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS
+    # The test uses a pytest-aoti fixture, so its stages compile: only then is a fork server worth starting or waiting
+    # for (a test without one is rerun in a fresh interpreter, ~2 s).
+    compiles: bool = True
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -294,6 +297,7 @@ def debug_request(item: pytest.Item, settings: DebugSettings) -> DebugRequest:
         minify=settings.minify,
         minify_budget=settings.minify_budget,
         flaky_reruns=settings.flaky_reruns,
+        compiles=uses_aoti(item),
     )
 
 

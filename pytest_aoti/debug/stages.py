@@ -466,7 +466,13 @@ def debug_rerun(
     the tests before it.
     """
     start = functools.partial(
-        start_child, config, nodeid, test_path=test_path, timeout=request.timeout, workdir=workdir
+        start_child,
+        config,
+        nodeid,
+        test_path=test_path,
+        timeout=request.timeout,
+        workdir=workdir,
+        compiles=request.compiles,
     )
 
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
