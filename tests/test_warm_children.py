@@ -7,6 +7,7 @@ One real server for the module (its warm-up imports torch and Inductor and runs 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -211,11 +212,15 @@ def test_a_killed_sessions_server_directory_is_removed_by_the_next(
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     dead, alive = ended.pid, os.getpid()
-    left = {name: tmp_path / name for name in ("dead", "alive", "foreign", "not_ours")}
-    left["dead"] = tmp_path / f"pytest-aoti-fork-{dead}-abc"
-    left["alive"] = tmp_path / f"pytest-aoti-fork-{alive}-def"
-    left["foreign"] = tmp_path / f"pytest-aoti-fork-{dead}-ghi"  # holds a file a server never makes
-    left["not_ours"] = tmp_path / f"pytest-aoti-forkish-{dead}-jkl"
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    left = {
+        "dead": tmp_path / f"pytest-aoti-fork-{namespace}-{dead}-abc",
+        "alive": tmp_path / f"pytest-aoti-fork-{namespace}-{alive}-def",
+        "foreign": tmp_path / f"pytest-aoti-fork-{namespace}-{dead}-ghi",  # holds a file a server never makes
+        # Another pid namespace (a container sharing this tmp directory): its pids mean nothing here.
+        "other_namespace": tmp_path / f"pytest-aoti-fork-{namespace + 1}-{dead}-jkl",
+        "not_ours": tmp_path / f"pytest-aoti-forkish-{namespace}-{dead}-mno",
+    }
     for directory in left.values():
         directory.mkdir()
         (directory / "server.log").write_text("")
@@ -223,9 +228,26 @@ def test_a_killed_sessions_server_directory_is_removed_by_the_next(
     planned = client.ForkServer()
     try:
         assert not left["dead"].exists()
-        assert all(left[name].exists() for name in ("alive", "foreign", "not_ours"))
-        assert planned.dir.parent == tmp_path and planned.dir.name.startswith(f"pytest-aoti-fork-{alive}-")
+        assert all(left[name].exists() for name in ("alive", "foreign", "other_namespace", "not_ours"))
+        assert planned.dir.parent == tmp_path
+        assert planned.dir.name.startswith(f"pytest-aoti-fork-{namespace}-{alive}-")
         assert sorted(entry.name for entry in planned.dir.iterdir()) == [client.PLANNED_MARK]
     finally:
         planned.close()
     assert not planned.dir.exists()
+
+
+def test_a_server_whose_directory_was_removed_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planned server whose directory a tmp cleaner removed before its launch never starts, and a child that
+    compiles starts fresh at once instead of waiting for it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    planned = client.ForkServer()
+    try:
+        shutil.rmtree(planned.dir)
+        planned.launch()
+        assert planned.process is None and not planned.wait_ready(0)
+        assert planned.unsafe is not None and "could not start" in planned.unsafe
+    finally:
+        planned.close()

@@ -53,7 +53,7 @@ class ForkServer:
     def __init__(self) -> None:
         _remove_dirs_of_dead_sessions()
         # The pid in the name: a session killed with SIGKILL cannot remove its directory, the next session does.
-        self.dir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{_own_dir_prefix()}{os.getpid()}-"))
         self.socket_path = str(self.dir / "socket")
         self.started: float | None = None
         self.ready_seconds: float | None = None
@@ -64,21 +64,27 @@ class ForkServer:
         (self.dir / PLANNED_MARK).touch()
 
     def launch(self) -> None:
-        """Start the server's process, once."""
-        if self.process is not None:
+        """Start the server's process, once. Where it cannot start (its directory removed meanwhile, by a tmp
+        cleaner), every child starts fresh instead."""
+        if self.process is not None or self._ready.is_set():
             return
         self.started = time.monotonic()
         env = {**os.environ, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
         env.pop(FORK_SERVER_ENV, None)
-        with (self.dir / "server.log").open("wb") as log:
-            self.process = processes.start(
-                [sys.executable, "-m", "pytest_aoti.forkserver.server", self.socket_path],
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-            )
-        (self.dir / PLANNED_MARK).unlink(missing_ok=True)  # from here a child waits for the socket
+        try:
+            with (self.dir / "server.log").open("wb") as log:
+                self.process = processes.start(
+                    [sys.executable, "-m", "pytest_aoti.forkserver.server", self.socket_path],
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                )
+            (self.dir / PLANNED_MARK).unlink(missing_ok=True)  # from here a child waits for the socket
+        except OSError as error:
+            self.unsafe = f"it could not start: {error}"
+            self._ready.set()
+            return
         threading.Thread(target=self._read_readiness, daemon=True).start()
 
     def _read_readiness(self) -> None:
@@ -117,11 +123,22 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _own_dir_prefix() -> str:
+    """The start of this process's server directory names: with its pid namespace, so that a session never judges
+    a pid of another namespace (another container sharing this tmp directory) dead."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{_DIR_PREFIX}{namespace}-"
+
+
 def _remove_dirs_of_dead_sessions() -> None:
-    """Remove the server directories of sessions that died without removing them (SIGKILL): this user's, named with
-    a pid that no longer runs, holding nothing but what a server directory holds."""
-    for directory in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*-*"):
-        pid = directory.name[len(_DIR_PREFIX) :].split("-", 1)[0]
+    """Remove the server directories of sessions that died without removing them (SIGKILL): this user's, of this
+    pid namespace, named with a pid that no longer runs, holding nothing but what a server directory holds."""
+    prefix = _own_dir_prefix()
+    for directory in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = directory.name[len(prefix) :].split("-", 1)[0]
         try:
             status = directory.lstat()
             if not pid.isdigit() or status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
