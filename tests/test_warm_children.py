@@ -220,6 +220,10 @@ def test_a_killed_sessions_server_directory_is_removed_by_the_next(
         # Another pid namespace (a container sharing this tmp directory): its pids mean nothing here.
         "other_namespace": tmp_path / f"pytest-aoti-fork-{namespace + 1}-{dead}-jkl",
         "not_ours": tmp_path / f"pytest-aoti-forkish-{namespace}-{dead}-mno",
+        # Names no session makes: no pid (an older release's name), a pid no process can have.
+        "no_pid": tmp_path / f"pytest-aoti-fork-{namespace}-abcdefgh",
+        "huge_pid": tmp_path / f"pytest-aoti-fork-{namespace}-{2**40}-pqr",
+        "pid_zero": tmp_path / f"pytest-aoti-fork-{namespace}-0-stu",
     }
     for directory in left.values():
         directory.mkdir()
@@ -228,7 +232,7 @@ def test_a_killed_sessions_server_directory_is_removed_by_the_next(
     planned = client.ForkServer()
     try:
         assert not left["dead"].exists()
-        assert all(left[name].exists() for name in ("alive", "foreign", "other_namespace", "not_ours"))
+        assert all(left[name].exists() for name in left if name != "dead"), sorted(left)
         assert planned.dir.parent == tmp_path
         assert planned.dir.name.startswith(f"pytest-aoti-fork-{namespace}-{alive}-")
         assert sorted(entry.name for entry in planned.dir.iterdir()) == [client.PLANNED_MARK]

@@ -41,6 +41,7 @@ _DIR_PREFIX = "pytest-aoti-fork-"
 # All a server's directory ever holds: what a later session may remove once the session that made it is dead.
 _DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK})
 _OFF = ("0", "off", "no", "false")
+_PID_MAX = 2**22  # Linux's largest pid_max
 # How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
 # same warm-up, so waiting is never slower unless the server is stuck.
 _READY_WAIT_SECONDS = 600.0
@@ -139,9 +140,11 @@ def _remove_dirs_of_dead_sessions() -> None:
     prefix = _own_dir_prefix()
     for directory in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = directory.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or not 1 < int(pid) <= _PID_MAX:  # not a name this module made
+            continue
         try:
             status = directory.lstat()
-            if not pid.isdigit() or status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
+            if status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
                 continue
             if not {entry.name for entry in directory.iterdir()} <= _DIR_CONTENTS:
                 continue
