@@ -213,29 +213,34 @@ def test_a_killed_sessions_server_directory_is_removed_by_the_next(
     ended.wait()
     dead, alive = ended.pid, os.getpid()
     namespace = os.stat("/proc/self/ns/pid").st_ino
-    left = {
-        "dead": tmp_path / f"pytest-aoti-fork-{namespace}-{dead}-abc",
-        "alive": tmp_path / f"pytest-aoti-fork-{namespace}-{alive}-def",
-        "foreign": tmp_path / f"pytest-aoti-fork-{namespace}-{dead}-ghi",  # holds a file a server never makes
+    owners = {
+        "dead": f"{namespace} {dead}",
+        "alive": f"{namespace} {alive}",
+        "foreign": f"{namespace} {dead}",  # holds a file a server never makes
         # Another pid namespace (a container sharing this tmp directory): its pids mean nothing here.
-        "other_namespace": tmp_path / f"pytest-aoti-fork-{namespace + 1}-{dead}-jkl",
-        "not_ours": tmp_path / f"pytest-aoti-forkish-{namespace}-{dead}-mno",
-        # Names no session makes: no pid (an older release's name), a pid no process can have.
-        "no_pid": tmp_path / f"pytest-aoti-fork-{namespace}-abcdefgh",
-        "huge_pid": tmp_path / f"pytest-aoti-fork-{namespace}-{2**40}-pqr",
-        "pid_zero": tmp_path / f"pytest-aoti-fork-{namespace}-0-stu",
+        "other_namespace": f"{namespace + 1} {dead}",
+        # What no session writes: no owner (an older release's directory), a pid no process can have, garbage.
+        "no_owner": None,
+        "huge_pid": f"{namespace} {2**40}",
+        "pid_zero": f"{namespace} 0",
+        "garbage": "\xff\xfe not an owner",
     }
-    for directory in left.values():
+    left = {name: tmp_path / f"pytest-aoti-fork-{name}" for name in owners}
+    left["not_ours"] = tmp_path / "pytest-aoti-forkish"
+    owners["not_ours"] = f"{namespace} {dead}"
+    for name, directory in left.items():
         directory.mkdir()
         (directory / "server.log").write_text("")
+        if owners[name] is not None:
+            (directory / "owner").write_text(str(owners[name]))
     (left["foreign"] / "notes.txt").write_text("the user's")
     planned = client.ForkServer()
     try:
         assert not left["dead"].exists()
         assert all(left[name].exists() for name in left if name != "dead"), sorted(left)
-        assert planned.dir.parent == tmp_path
-        assert planned.dir.name.startswith(f"pytest-aoti-fork-{namespace}-{alive}-")
-        assert sorted(entry.name for entry in planned.dir.iterdir()) == [client.PLANNED_MARK]
+        assert planned.dir.parent == tmp_path and planned.dir.name.startswith("pytest-aoti-fork-")
+        assert sorted(entry.name for entry in planned.dir.iterdir()) == ["owner", client.PLANNED_MARK]
+        assert (planned.dir / "owner").read_text() == f"{namespace} {alive}"
     finally:
         planned.close()
     assert not planned.dir.exists()

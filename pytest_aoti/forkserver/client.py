@@ -38,8 +38,12 @@ FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
 UNSAFE_MARK = "unsafe"  # beside the socket: the server will never be ready
 PLANNED_MARK = "planned"  # beside the socket until the server is launched: a child starts fresh rather than wait
 _DIR_PREFIX = "pytest-aoti-fork-"
+# Beside the socket: the pid namespace and pid of the session that made the directory, so that a later session can
+# remove it once that session is dead (it cannot remove it itself when killed with SIGKILL). Not in the directory's
+# name: a Unix socket's path has room for ~107 bytes, and TMPDIR takes its share.
+_OWNER = "owner"
 # All a server's directory ever holds: what a later session may remove once the session that made it is dead.
-_DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK})
+_DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK, _OWNER})
 _OFF = ("0", "off", "no", "false")
 _PID_MAX = 2**22  # Linux's largest pid_max
 # How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
@@ -53,8 +57,8 @@ class ForkServer:
 
     def __init__(self) -> None:
         _remove_dirs_of_dead_sessions()
-        # The pid in the name: a session killed with SIGKILL cannot remove its directory, the next session does.
-        self.dir = Path(tempfile.mkdtemp(prefix=f"{_own_dir_prefix()}{os.getpid()}-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
+        (self.dir / _OWNER).write_text(f"{_pid_namespace()} {os.getpid()}")
         self.socket_path = str(self.dir / "socket")
         self.started: float | None = None
         self.ready_seconds: float | None = None
@@ -100,8 +104,12 @@ class ForkServer:
             self.ready_seconds = time.monotonic() - self.started
         else:
             self.unsafe = str(said.get("unsafe") or f"it ended before it was ready (see {self.dir / 'server.log'})")
-            # The processes this one handed the socket to (xdist workers) stop waiting for it and start fresh.
-            (self.dir / UNSAFE_MARK).write_text(self.unsafe)
+            # The processes this one handed the socket to (xdist workers) stop waiting for it and start fresh (as
+            # they do once its directory is gone).
+            try:
+                (self.dir / UNSAFE_MARK).write_text(self.unsafe)
+            except OSError:
+                pass
         self._ready.set()
 
     def wait_ready(self, timeout: float) -> bool:
@@ -124,35 +132,45 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _own_dir_prefix() -> str:
-    """The start of this process's server directory names: with its pid namespace, so that a session never judges
-    a pid of another namespace (another container sharing this tmp directory) dead."""
+def _pid_namespace() -> int:
+    """This process's pid namespace: a pid of another one (another container sharing this tmp directory) says
+    nothing about whether that process runs."""
     try:
-        namespace = os.stat("/proc/self/ns/pid").st_ino
+        return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
-        namespace = 0
-    return f"{_DIR_PREFIX}{namespace}-"
+        return 0
+
+
+def _dead_owner(directory: Path) -> bool:
+    """Whether ``directory`` is a server directory of this user whose session no longer runs: it holds nothing but
+    what a server directory holds, and its owner file names a pid of this namespace that no process has."""
+    status = directory.lstat()
+    if status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
+        return False
+    if not {entry.name for entry in directory.iterdir()} <= _DIR_CONTENTS:
+        return False
+    fields = (directory / _OWNER).read_text()[:64].split()
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        return False
+    namespace, pid = (int(field) for field in fields)
+    if namespace != _pid_namespace() or not 1 < pid <= _PID_MAX:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _remove_dirs_of_dead_sessions() -> None:
-    """Remove the server directories of sessions that died without removing them (SIGKILL): this user's, of this
-    pid namespace, named with a pid that no longer runs, holding nothing but what a server directory holds."""
-    prefix = _own_dir_prefix()
-    for directory in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
-        pid = directory.name[len(prefix) :].split("-", 1)[0]
-        if not pid.isdigit() or not 1 < int(pid) <= _PID_MAX:  # not a name this module made
-            continue
+    """Remove the server directories of sessions that died without removing them (SIGKILL)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*"):
         try:
-            status = directory.lstat()
-            if status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
-                continue
-            if not {entry.name for entry in directory.iterdir()} <= _DIR_CONTENTS:
-                continue
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(directory, ignore_errors=True)
-        except OSError:  # gone meanwhile, unreadable, or a live process of another user
+            dead = _dead_owner(directory)
+        except (OSError, UnicodeDecodeError):  # gone meanwhile, unreadable, no owner (an older release's), alive
             continue
+        if dead:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 _own_server: ForkServer | None = None
