@@ -253,13 +253,13 @@ def test_a_debug_session_launches_its_fork_server_at_its_first_aoti_test(
     """Under ``--aoti-debug`` the fork server is planned at configure time (its socket path handed to the worker)
     and launched when the first test that uses a pytest-aoti fixture has been set up: a session whose tests use
     none never pays its warm-up (~7 CPU-s), not even for the debug rerun of one that crashes (its stages compile
-    nothing: they start fresh). Planned, the server's directory holds only the mark that says so."""
+    nothing: they start fresh). Planned, the server's directory holds only its owner and the mark that says so."""
     crashes = "\n@pytest.mark.aoti_ima\ndef test_crashes():\n    os.kill(os.getpid(), 11)\n\n"
     pytester.makepyfile(test_light=SERVER_SEEN.format(first="light", fixture="", wait=0, more=crashes))
     result = run_pytest("--aoti-debug")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*aoti debug rerun*", "verdict: crashed with SIGSEGV*"])
-    assert json.loads((pytester.path / "server.json").read_text()) == ["planned"]
+    assert json.loads((pytester.path / "server.json").read_text()) == ["owner", "planned"]
 
     pytester.makepyfile(test_light=SERVER_SEEN.format(first="on_a_device", fixture="aoti_device", wait=300, more=""))
     run_pytest("--aoti-debug").assert_outcomes(passed=2)
