@@ -86,7 +86,7 @@ class ForkServer:
                     stderr=log,
                 )
             (self.dir / PLANNED_MARK).unlink(missing_ok=True)  # from here a child waits for the socket
-        except OSError as error:
+        except (OSError, subprocess.SubprocessError) as error:
             self.unsafe = f"it could not start: {error}"
             self._ready.set()
             return
