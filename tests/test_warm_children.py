@@ -17,6 +17,7 @@ import pytest
 
 from pytest_aoti.forkserver import client
 from pytest_aoti.forkserver.server import FORKED_MARK, refusal
+from tests.conftest import plugin_args
 
 MODEL_TEST = """
 import torch
@@ -50,6 +51,7 @@ def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tup
         "-u",
         "-m",
         "pytest",
+        *plugin_args(),
         "-p",
         "no:cacheprovider",
         "-s",
@@ -134,7 +136,7 @@ def test_a_child_skips_the_interpreter_teardown_once_it_has_reported(
     env["PYTEST_AOTI_REPORT_FILE"] = str(reports)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert '"when": "call"' in reports.read_text() and '"outcome": "failed"' in reports.read_text()
     assert not teardown_mark.exists()
@@ -155,17 +157,19 @@ def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester, monkeypa
         "    pathlib.Path(f'inductor-{name}.txt').write_text(str('torch._inductor.compile_fx' in sys.modules))\n"
     )
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=1)
     assert (pytester.path / "warm-gw0.txt").read_text() == "False"
     # The test compiles: Inductor is imported beside the probes and the compile waits for them. None of their
     # warnings (torch's own deprecations as Inductor is imported) may land in the user's warnings summary.
     pytester.makepyfile(test_aoti=MODEL_TEST)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=2, warnings=0)
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-n", "1").assert_outcomes(
+        passed=2, warnings=0
+    )
     assert (pytester.path / "warm-gw0.txt").read_text() == "True"
     # Inductor's compile path is imported by the first compile, not by collection: a worker that runs no test (the
     # one xdist starts after a crash on the last test) never pays for it.
     assert (pytester.path / "inductor-gw0.txt").read_text() == "False"
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=2)
     assert (pytester.path / "warm-main.txt").read_text() == "False"
 
 
