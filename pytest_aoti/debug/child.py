@@ -293,9 +293,9 @@ class _ChildSetup:
     log_path: Path
     report_path: Path
     tmpdir: Path
-    # Whether the child will compile (a debug stage; an isolated test that uses a pytest-aoti fixture): only then is
-    # a fork server worth starting or waiting for.
-    compiles: bool = True
+    # Whether the child will compile (a debug stage or an isolated test of a test that uses a pytest-aoti fixture):
+    # only then is a fork server worth starting or waiting for.
+    compiles: bool
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
@@ -357,9 +357,9 @@ def start_child(
     timeout: float,
     workdir: Path,
     capture: bool,
+    compiles: bool,
     prefix: tuple[str, ...] = (),
     attempt: int = 1,
-    compiles: bool = True,
 ) -> StartedChild:
     """Start test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
     of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
@@ -453,13 +453,13 @@ def run_process(
     first, for faulthandler's tracebacks) and when this process is interrupted. Returns (return code, timed out,
     seconds)."""
     started = time.monotonic()
-    process = _spawn(command, env=env, cwd=cwd, log_path=log_path)
+    process = _spawn(command, env=env, cwd=cwd, log_path=log_path, compiles=True)  # what it runs may compile
     returncode, timed_out = _wait(process, timeout)
     return returncode, timed_out, time.monotonic() - started
 
 
 def _spawn(
-    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, compiles: bool = True
+    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, compiles: bool
 ) -> subprocess.Popen[bytes] | ForkedProcess:
     """A warm fork of the session's fork server where it can give one (forkserver/), else a fresh interpreter."""
     forked = start_forked(command, env=env, cwd=cwd, log_path=log_path, compiles=compiles)

@@ -384,6 +384,7 @@ def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_
         log_path=tmp_path / "isolate.log",
         report_path=report_path,
         tmpdir=tmp_path / "tmp",
+        compiles=True,
     )
     run = _finish(config, launch, returncode=0, timed_out=False, seconds=1.0, timeout=60.0)
     assert run.outcome is Outcome.ERROR
