@@ -17,9 +17,14 @@ busy neighbour slows them unalike. So when the calibration moved more than the t
 limits are widened by the square root of that move past the tolerance (:func:`widening`); a machine within the
 tolerance is judged as before.
 
-A run that cannot be judged says why and passes: too few blocks, a calibration that moved more than the tolerance
-within the run (first half against second half; the plugin measures once more first), or more than 4x (or 1 + the
-tolerance, if larger) since the baseline, no baseline, or a baseline of one run (no spread yet).
+A **disturbed** run is one whose calibration moved more than the tolerance within the run (first half against second
+half; the plugin measures once more first), or more than 4x (or 1 + the tolerance, if larger) since the baseline,
+past what normalizing stands for. Its normalized latency may read off, either way, by those moves in full
+(:func:`disturbance`): it fails only above the limit times that factor (a slowdown that no such move explains), passes
+only at or below the limit over it, and in between, where the verdict could go either way, it is not judged.
+
+A run that cannot be judged at all says why and passes: too few blocks, no baseline, or a baseline of one run (no
+spread yet).
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class Judgment:
     baseline_runs: int = 0
     widened: float = 1.0  # both limits' factor for the machine's move since the baseline (see widening())
     limit: float | None = None  # the normalized ratio above which this run fails
+    passes_at_most: float | None = None  # the normalized ratio at or below which it passes; between: not judged
+    disturbed: float = 1.0  # how far either way a disturbed run's normalized latency may read off (disturbance())
 
 
 def calibration_drift(calibration: Sequence[float]) -> float:
@@ -100,12 +107,18 @@ def calibration_drift(calibration: Sequence[float]) -> float:
 
 def moved_within(calibration: Sequence[float], tolerance: float) -> bool:
     """Whether the machine changed under the measurement: the calibration moved more than the tolerance between the
-    run's halves. The one reason a run cannot be judged that measuring again may cure."""
-    drift = calibration_drift(calibration)
-    return max(drift, 1 / drift) > 1 + tolerance
+    run's halves. What measuring again may cure."""
+    return _move(calibration_drift(calibration)) > 1 + tolerance
 
 
-def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
+def _drift_text(calibration: Sequence[float], tolerance: float) -> str:
+    return (
+        f"the calibration itself ran {_times(calibration_drift(calibration))} in the second half of this run than "
+        f"in the first (tolerance {tolerance:.0%})"
+    )
+
+
+def unjudgeable(run: Run, min_run_time: float) -> str | None:
     """Why this run says nothing about the package, whatever the baseline; None when it can be judged."""
     if len(run.package) < MIN_BLOCKS:
         return (
@@ -113,12 +126,39 @@ def unjudgeable(run: Run, tolerance: float, min_run_time: float) -> str | None:
             f"time (at least {OVERRUN_SECONDS:g} s): one call takes too long for a min run time of {min_run_time:g} "
             "s, or the machine is that busy; raise it (--aoti-benchmark-min-time or min_run_time=)"
         )
-    if moved_within(run.calibration, tolerance):
-        return (
-            f"the calibration itself ran {_times(calibration_drift(run.calibration))} in the second half of this "
-            f"run than in the first (tolerance {tolerance:.0%}): the machine changed under the measurement"
-        )
     return None
+
+
+def unrecordable(run: Run, tolerance: float, min_run_time: float) -> str | None:
+    """Why this run must not join a baseline (None: it may): one that cannot be judged, or one the machine changed
+    under, which would only widen the spread that later runs are held against."""
+    reason = unjudgeable(run, min_run_time)
+    if reason is None and moved_within(run.calibration, tolerance):
+        reason = f"{_drift_text(run.calibration, tolerance)}: the machine changed under the measurement"
+    return reason
+
+
+def disturbance(calibration: Sequence[float], moved: float, tolerance: float) -> tuple[float, list[str]]:
+    """How far either way a run's normalized latency may read off past what its (widened) limit allows for, and why:
+    1 and no cause for a run judged as usual. ``calibration`` is the run's calibration blocks, ``moved`` its fastest
+    block over the baseline's. Each move counts in full: within the run (the package's fastest block and the
+    calibration's may come from halves the machine treated unalike), and since the baseline past
+    :data:`MAX_MACHINE_MOVE` (what normalizing stands for; only the part past it: the widening covers the rest).
+    Beside six bursty hogs a package 18x slower read 18x with the calibration 1.20x faster in the run's second half:
+    far past 1.20x times the limit, so it fails; an unchanged package reading 1.05x there is not judged."""
+    factor, causes = 1.0, []
+    drift = _move(calibration_drift(calibration))
+    if drift > 1 + tolerance:
+        factor *= drift
+        causes.append(_drift_text(calibration, tolerance))
+    most = max(MAX_MACHINE_MOVE, 1 + tolerance)  # a tolerance wider than that accepts wider moves too
+    if _move(moved) > most:
+        factor *= _move(moved) / most
+        causes.append(
+            f"this machine ran the calibration {_times(moved)} than when the baseline was recorded, past the "
+            f"{most:g}x that normalizing stands for"
+        )
+    return factor, causes
 
 
 def _ratio(run: Run, runs: Sequence[Run], side: str) -> float:
@@ -150,7 +190,7 @@ def _upper_bound(levels: list[float]) -> float:
 
 def judge(run: Run, baseline: Sequence[Run], tolerance: float, min_run_time: float) -> Judgment:
     """This run against the baseline's runs of the same benchmark on the same machine (see the module's rule)."""
-    reason = unjudgeable(run, tolerance, min_run_time)
+    reason = unjudgeable(run, min_run_time)
     if reason is not None:
         return Judgment(Verdict.NOT_JUDGED, f"not judged: {reason}")
     if not baseline:
@@ -167,10 +207,17 @@ def judge(run: Run, baseline: Sequence[Run], tolerance: float, min_run_time: flo
     normalized = math.exp(math.log(run.normalized) - statistics.fmean(levels))
     bound = _upper_bound(levels)
     calibration = _ratio(run, baseline, "calibration")
-    widened = widening(calibration, tolerance)
+    # The widening stops at what normalizing stands for; past it, the disturbance counts the rest in full.
+    widened = widening(min(_move(calibration), max(MAX_MACHINE_MOVE, 1 + tolerance)), tolerance)
     limit = max(1 + tolerance, bound) * widened
+    disturbed, causes = disturbance(run.calibration, calibration, tolerance)
+    fails_above, passes_at_most = limit * disturbed, limit / disturbed
+    if normalized > fails_above:
+        verdict = Verdict.SLOWER
+    else:
+        verdict = Verdict.PASSED if normalized <= passes_at_most else Verdict.NOT_JUDGED
     judgment = Judgment(
-        Verdict.SLOWER if normalized > limit else Verdict.PASSED,
+        verdict,
         "",
         normalized=normalized,
         package=_ratio(run, baseline, "package"),
@@ -179,18 +226,11 @@ def judge(run: Run, baseline: Sequence[Run], tolerance: float, min_run_time: flo
         bound=bound,
         baseline_runs=len(baseline),
         widened=widened,
-        limit=limit,
+        limit=fails_above,
+        passes_at_most=passes_at_most,
+        disturbed=disturbed,
     )
-    most = max(MAX_MACHINE_MOVE, 1 + tolerance)  # a tolerance wider than that accepts wider moves too
-    if _move(calibration) > most:
-        return dataclasses.replace(
-            judgment,
-            verdict=Verdict.NOT_JUDGED,
-            text=f"not judged: this machine ran the calibration {_times(calibration)} than when the "
-            f"baseline was recorded, past the {most:g}x that normalizing stands for (normalized, the package is "
-            f"{normalized:.2f}x)",
-        )
-    return _with_text(judgment, tolerance, _changes(run, baseline[-1]))
+    return _with_text(judgment, tolerance, causes, _changes(run, baseline[-1]))
 
 
 def _times(ratio: float) -> str:
@@ -203,32 +243,51 @@ def machine_moved(judgment: Judgment, tolerance: float) -> str | None:
     moved = judgment.calibration
     if moved is None or judgment.normalized is None or _move(moved) <= 1 + tolerance:
         return None
-    outcome = "FAIL" if judgment.verdict is Verdict.SLOWER else "pass"
+    outcome = {Verdict.SLOWER: "FAIL", Verdict.NOT_JUDGED: "not judged"}.get(judgment.verdict, "pass")
     return (
         f"this machine ran the calibration {_times(moved)} than when the baseline was recorded; normalized, "
         f"the package is {judgment.normalized:.2f}x ({outcome})"
     )
 
 
-def _with_text(judgment: Judgment, tolerance: float, changes: list[str]) -> Judgment:
-    assert judgment.normalized is not None and judgment.bound is not None and judgment.calibration is not None
+def _limits_text(judgment: Judgment, tolerance: float) -> str:
+    """``above 1.10x (tolerance 10%) and above 1.05x (the spread ...)``, and the widening if any."""
+    assert judgment.bound is not None and judgment.calibration is not None and judgment.limit is not None
     limits = (
         f"above {1 + tolerance:.2f}x (tolerance {tolerance:.0%}) and above {judgment.bound:.2f}x (the spread of "
         f"{judgment.baseline_runs} baseline runs, {CONFIDENCE:.0%} prediction bound)"
     )
     if judgment.widened > 1:
+        moved, most = _move(judgment.calibration), max(MAX_MACHINE_MOVE, 1 + tolerance)
+        which = f"the calibration's {moved:.2f}x move" if moved <= most else f"the first {most:g}x of its move"
         limits = (
-            f"above {judgment.limit:.2f}x: {limits}, widened {judgment.widened:.2f}x for the calibration's "
-            f"{_move(judgment.calibration):.2f}x move (normalizing does not cancel all of a move)"
+            f"above {judgment.limit / judgment.disturbed:.2f}x: {limits}, widened {judgment.widened:.2f}x for "
+            f"{which} (normalizing does not cancel all of a move)"
         )
+    return limits
+
+
+def _with_text(judgment: Judgment, tolerance: float, causes: list[str], changes: list[str]) -> Judgment:
+    assert judgment.normalized is not None and judgment.limit is not None and judgment.passes_at_most is not None
     text = (
         f"normalized by the calibration, {judgment.normalized:.2f}x the baseline (fastest blocks: package "
-        f"{judgment.package:.2f}x, eager {judgment.eager:.2f}x, calibration {judgment.calibration:.2f}x); fails "
-        f"{limits}"
+        f"{judgment.package:.2f}x, eager {judgment.eager:.2f}x, calibration {judgment.calibration:.2f}x); "
+        f"{'an undisturbed run ' if causes else ''}fails {_limits_text(judgment, tolerance)}"
     )
-    moved = machine_moved(judgment, tolerance)
-    if moved is not None:
-        text = f"{moved}: {text}"
+    if causes:
+        text += (
+            f"; {' and '.join(causes)}, so normalizing may be off by {judgment.disturbed:.2f}x either way: this "
+            f"run fails above {judgment.limit:.2f}x and passes at or below {judgment.passes_at_most:.2f}x"
+        )
+    if judgment.verdict is Verdict.NOT_JUDGED:
+        text = (
+            f"not judged: {judgment.normalized:.2f}x could be a pass or a failure (it lies between "
+            f"{judgment.passes_at_most:.2f}x and {judgment.limit:.2f}x): {text}"
+        )
+    else:
+        moved = machine_moved(judgment, tolerance)
+        if moved is not None:
+            text = f"{moved}: {text}"
     if changes:
         text += "; since the baseline: " + ", ".join(changes)
     return dataclasses.replace(judgment, text=text)
