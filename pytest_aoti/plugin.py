@@ -128,19 +128,23 @@ def _one_supervised_worker(config: pytest.Config) -> None:
     config.stash[one_worker_key] = True
 
 
+_marker_problem_key = pytest.StashKey[str]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> Generator[None, Any, Any]:
-    """Resolve every test's aoti markers as it is collected: a bad argument is a collection error naming the test,
-    the marker and the argument, the same with or without xdist (a usage error raised in a worker would be an
-    INTERNALERROR)."""
+    """Resolve every test's aoti markers as it is collected. A bad argument fails that test alone, at its setup
+    (pytest_runtest_setup below), with one line naming the test, the marker and the argument: as pytest's own
+    ``skipif`` with a bad condition does, the rest of the session runs. The same with or without xdist (a usage
+    error raised in a worker would be an INTERNALERROR)."""
     result = yield
     for item in result if isinstance(result, list) else [result]:
         if isinstance(item, pytest.Item):
             try:
                 item_settings(item)
-                item_debug(item)
             except pytest.UsageError as error:
-                raise collector.CollectError(str(error)) from None
+                item.stash[_marker_problem_key] = str(error)
+            item_debug(item)
     return result
 
 
@@ -191,7 +195,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     a thread probing (and importing part of Inductor) would run beside whatever else it does (a pytest run inside a
     test, a script)."""
     if roles.role(item.config) is not Role.WORKER:
+@pytest.hookimpl(tryfirst=True)
         return
+    # A bad aoti marker argument (pytest_pycollect_makeitem) fails this test before any fixture is set up.
+    problem = item.stash.get(_marker_problem_key, None) or debug_options.marker_problem(item)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):
         from pytest_aoti.core import warm_up
 

@@ -7,7 +7,8 @@ package metadata without importing torch (the plugin loads before any test, and 
 from __future__ import annotations
 
 import importlib.metadata
-import re
+
+from packaging.version import InvalidVersion, Version
 
 from pytest_aoti.core.errors import AOTIError
 
@@ -27,18 +28,23 @@ def installed_torch_version() -> str | None:
         return None
 
 
-def release(version: str) -> tuple[int, ...] | None:
-    """The release numbers of a version string (``2.15.0.dev20260101+cpu`` -> ``(2, 15, 0)``), None when it does not
-    start with one."""
-    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
-    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+def release_key(version: str) -> tuple[int, tuple[int, ...]] | None:
+    """What orders releases, as PEP 440 does: the epoch, then the release numbers (``1!2.13.0`` -> ``(1, (2, 13,
+    0))``, newer than any ``2.x``; ``2.15.0.dev20260101+cpu`` -> ``(0, (2, 15, 0))``). Pre-, post- and dev-release
+    parts and the local label are left out: a source build of a release counts as that release. None for a string
+    that is no PEP 440 version. Parsed by ``packaging`` (a pytest dependency), not by hand."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    return parsed.epoch, parsed.release
 
 
 def too_old_problem(version: str | None) -> str | None:
     """The one line that stops a session on a torch older than pytest-aoti needs, or None. A pre-release of the
     oldest release (``2.11.0a0+git...``, a source build) counts as that release."""
-    numbers = release(version) if version is not None else None
-    if numbers is None or numbers[:2] >= OLDEST:
+    key = release_key(version) if version is not None else None
+    if key is None or (key[0], key[1][:2]) >= (0, OLDEST):
         return None
     needed = ".".join(map(str, OLDEST))
     return f"pytest-aoti needs torch>={needed}; torch {version} is installed (pip install 'torch>={needed}')"
@@ -49,9 +55,9 @@ def untested_note(version: str | None) -> str | None:
     for the header; None for a tested or older one."""
     if version is None:
         return None
-    numbers = release(version)
-    newest = release(NEWEST_TESTED)
-    if numbers is not None and newest is not None and numbers <= newest:
+    key = release_key(version)
+    newest = release_key(NEWEST_TESTED)
+    if key is not None and newest is not None and key <= newest:
         return None
     return f"untested torch {version} (newest tested: {NEWEST_TESTED})"
 

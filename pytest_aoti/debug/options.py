@@ -20,7 +20,14 @@ from pytest_aoti.settings import add_option, marker_arguments, option_value, pos
 
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
 ISOLATE_DESC = "run every test that uses the aoti fixtures in a fresh subprocess, so a crash fails only that test"
-TIMEOUT_DESC = "seconds a debug or isolated child process may run before it is stopped (default 900)"
+DEFAULT_RERUN_TIMEOUT = 900.0
+# A week: a child still running after it is hung, and a wait past threading.TIMEOUT_MAX (~9.2e9 s) is an
+# OverflowError. There is no "no timeout": a hung child must not hold a CI job forever.
+MAX_RERUN_TIMEOUT = 7 * 24 * 3600.0
+TIMEOUT_DESC = (
+    "seconds a debug or isolated child process may run before it is stopped (default 900, at most 604800: a week; "
+    "there is no unbounded wait, a child still running after a week is hung)"
+)
 SANITIZER_DESC = (
     "also run compute-sanitizer (memcheck) over a debugged test whose failure shows a CUDA error, where "
     "compute-sanitizer is installed"
@@ -39,7 +46,6 @@ FLAKY_RERUNS_DESC = (
     "debug environment and its cached package) to tell a flaky failure from one that needs earlier tests "
     f"(default {DEFAULT_FLAKY_RERUNS}, at most {MAX_FLAKY_RERUNS}; 0: no extra runs)"
 )
-DEFAULT_RERUN_TIMEOUT = 900.0
 # A week: past it a budget is no budget, and time arithmetic on it overflows (1e308 s).
 MAX_MINIFY_BUDGET = 7 * 24 * 3600.0
 
@@ -105,7 +111,7 @@ def resolve(config: pytest.Config) -> DebugSettings:
     settings = DebugSettings(
         debug=bool(option_value(config, "aoti_debug")[0]),
         isolate=bool(option_value(config, "aoti_isolate")[0]),
-        rerun_timeout=positive_number(timeout_raw, timeout_source, what="seconds"),
+        rerun_timeout=positive_number(timeout_raw, timeout_source, what="seconds", at_most=MAX_RERUN_TIMEOUT),
         sanitizer=bool(option_value(config, "aoti_sanitizer")[0]),
         minify=bool(option_value(config, "aoti_minify")[0]),
         minify_budget=positive_number(budget_raw, budget_source, what="seconds", at_most=MAX_MINIFY_BUDGET),
@@ -248,6 +254,8 @@ def _timeout(value: Any, where: str) -> float | None:
     # bool is an int to Python, and timeout=True is surely not "one second".
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise pytest.UsageError(f"{where}: timeout= expected seconds greater than 0 (finite), got {value!r}")
+    if value > MAX_RERUN_TIMEOUT:
+        raise pytest.UsageError(f"{where}: timeout= expected seconds of at most {MAX_RERUN_TIMEOUT:g}, got {value!r}")
     return float(value)
 
 
@@ -355,8 +363,26 @@ debug_settings_key = pytest.StashKey[DebugSettings]()
 _item_debug_key = pytest.StashKey[ItemDebug]()
 
 
+_marker_problem_key = pytest.StashKey[str]()
+
+
 def item_debug(item: pytest.Item) -> ItemDebug:
-    """``item``'s resolved debug rerun and isolation, computed once (collection validates them all up front)."""
+    """``item``'s resolved debug rerun and isolation, computed once (collection validates them all up front). A bad
+    ``aoti_ima``/``aoti_isolate`` argument gives the test neither a rerun nor a subprocess: :func:`marker_problem`
+    holds the error, which fails that test alone at its setup."""
     if _item_debug_key not in item.stash:
-        item.stash[_item_debug_key] = resolve_item(item, item.config.stash[debug_settings_key])
+        settings = item.config.stash[debug_settings_key]
+        try:
+            item.stash[_item_debug_key] = resolve_item(item, settings)
+        except pytest.UsageError as error:
+            item.stash[_marker_problem_key] = str(error)
+            item.stash[_item_debug_key] = ItemDebug(
+                request=None, isolate_reason=None, isolate_timeout=settings.rerun_timeout
+            )
     return item.stash[_item_debug_key]
+
+
+def marker_problem(item: pytest.Item) -> str | None:
+    """What is wrong with ``item``'s debug markers (see :func:`item_debug`); None: nothing."""
+    item_debug(item)
+    return item.stash.get(_marker_problem_key, None)

@@ -24,12 +24,31 @@ def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
     return pytester.runpytest_inprocess("-p", "no:cacheprovider")
 
 
+def _marked_beside_a_plain_test(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
+    pytester.makepyfile(
+        test_user=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_marked(aoti_device):
+            pass
+
+        def test_after():
+            pass
+        """
+    )
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider")
+
+
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
         ("aoti_ima(timeout='soon')", "aoti_ima: timeout= expected seconds greater than 0 (finite), got 'soon'"),
         ("aoti_ima(timeout=True)", "aoti_ima: timeout= expected seconds greater than 0 (finite), got True"),
         ("aoti_ima(timeout=float('nan'))", "aoti_ima: timeout= expected seconds greater than 0 (finite), got nan"),
+        # Past threading.TIMEOUT_MAX a wait is an OverflowError (issue 62 item 1): at most a week.
+        ("aoti_ima(timeout=1e99)", "aoti_ima: timeout= expected seconds of at most 604800, got 1e+99"),
+        ("aoti_ima(timeout=1e12)", "aoti_ima: timeout= expected seconds of at most 604800, got 1000000000000.0"),
         ("aoti_ima(stagse=('kernels',))", "aoti_ima: got an unexpected keyword argument 'stagse'"),
         (
             "aoti_ima(stages=('kernel',))",
@@ -45,10 +64,29 @@ def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
         ("aoti_ima(stages=('tensors',))", "aoti_ima: stages=('tensors',) alone needs kernels="),
         ("aoti_isolate(5)", "aoti_isolate: too many positional arguments"),
         ("aoti_isolate(timeout=0)", "aoti_isolate: timeout= expected seconds greater than 0 (finite), got 0"),
+        ("aoti_isolate(timeout=1e99)", "aoti_isolate: timeout= expected seconds of at most 604800, got 1e+99"),
         ("aoti(allow_nan=True)", "aoti: got an unexpected keyword argument 'allow_nan'"),
         ("aoti(allow_nonfinite='false')", "aoti: allow_nonfinite= expected True or False, got 'false'"),
         ("aoti(restride_inputs=1)", "aoti: restride_inputs= expected True or False, got 1"),
         ("aoti(allow_out_of_range='yes')", "aoti: allow_out_of_range= expected True or False, got 'yes'"),
+    ],
+)
+def test_a_bad_marker_argument_fails_only_its_test(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    """As pytest's own ``skipif`` with a bad condition: the test errors at setup with one line, and the session
+    runs the rest (issue 62 item 1: ``aoti_ima(timeout=1e99)`` ended the session in an INTERNALERROR)."""
+    result = _marked_beside_a_plain_test(pytester, marker)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of test_marked*", f"*test_user.py::test_marked: @pytest.mark.{message}*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
         ("aoti_deploy(threads=-1)", "aoti_deploy: threads= expected a whole number >= 0, got -1"),
         ("aoti_deploy(num_runners=0)", "aoti_deploy: num_runners= expected a whole number >= 1, got 0"),
         ("aoti_deploy(standalone='yes')", "aoti_deploy: standalone= expected True or False, got 'yes'"),
@@ -72,6 +110,9 @@ def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, mar
         (["--aoti-rerun-timeout=-1"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got '-1'"),
         (["--aoti-rerun-timeout=nan"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got 'nan'"),
         (["--aoti-rerun-timeout=inf"], "", "--aoti-rerun-timeout: expected seconds greater than 0 (finite), got 'inf'"),
+        # Past threading.TIMEOUT_MAX a wait is an OverflowError (issue 62 item 1): at most a week.
+        (["--aoti-rerun-timeout=1e99"], "", "--aoti-rerun-timeout: expected seconds of at most 604800, got '1e99'"),
+        ([], "aoti_rerun_timeout = 1e12", "ini option aoti_rerun_timeout: expected seconds of at most 604800, got"),
         ([], "aoti_rerun_timeout = 0", "ini option aoti_rerun_timeout: expected seconds greater than 0"),
         (["--aoti-cache-max-mb=lots"], "", "--aoti-cache-max-mb: expected a size in MiB, got 'lots'"),
         (["--aoti-minify-budget=0"], "", "--aoti-minify-budget: expected seconds greater than 0 (finite), got '0'"),
@@ -193,9 +234,12 @@ def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest
             pass
         """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--trace", "--collect-only")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--trace", "--aoti-device=cpu")
     result.stdout.fnmatch_lines(
-        ["*test_user.py::test_isolated: @pytest.mark.aoti_isolate needs a fresh subprocess, and --trace debugs*"]
+        [
+            "*ERROR at setup of test_isolated*",
+            "*test_user.py::test_isolated: @pytest.mark.aoti_isolate needs a fresh subprocess, and --trace debugs*",
+        ]
     )
     assert "INTERNALERROR" not in result.stdout.str()
 

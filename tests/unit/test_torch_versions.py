@@ -9,23 +9,26 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.core import torch_versions
-from pytest_aoti.core.torch_versions import NEWEST_TESTED, release, too_old_problem, untested_note
+from pytest_aoti.core.torch_versions import NEWEST_TESTED, release_key, too_old_problem, untested_note
 
 
 @pytest.mark.parametrize(
-    ("version", "numbers"),
+    ("version", "key"),
     [
-        ("2.13.0+cpu", (2, 13, 0)),
-        ("2.15.0.dev20260101+cu130", (2, 15, 0)),
-        ("2.11.0a0+git1234abc", (2, 11, 0)),
-        ("v2.14.1", (2, 14, 1)),
-        ("3", (3,)),
+        ("2.13.0+cpu", (0, (2, 13, 0))),
+        ("2.15.0.dev20260101+cu130", (0, (2, 15, 0))),
+        ("2.11.0a0+git1234abc", (0, (2, 11, 0))),
+        ("v2.14.1", (0, (2, 14, 1))),
+        ("3", (0, (3,))),
+        # A PEP 440 epoch (issue 62 item 16): newer than any release without one.
+        ("1!2.13.0", (1, (2, 13, 0))),
         ("nightly", None),
         ("", None),
+        ("2.13.0 junk", None),
     ],
 )
-def test_release_reads_the_leading_numbers(version: str, numbers: tuple[int, ...] | None) -> None:
-    assert release(version) == numbers
+def test_release_key_reads_pep_440(version: str, key: tuple[int, tuple[int, ...]] | None) -> None:
+    assert release_key(version) == key
 
 
 @pytest.mark.parametrize("version", ["2.10.0", "2.10.2+cpu", "2.9.1+cu128", "1.13.1", "2.1"])
@@ -35,7 +38,9 @@ def test_an_older_torch_is_one_line_naming_the_version_needed(version: str) -> N
     assert "\n" not in problem
 
 
-@pytest.mark.parametrize("version", ["2.11.0", "2.11.0a0+git1234abc", "2.13.0+cpu", "2.14.1", "2.16.0", "3.0", None])
+@pytest.mark.parametrize(
+    "version", ["2.11.0", "2.11.0a0+git1234abc", "2.13.0+cpu", "2.14.1", "2.16.0", "3.0", "1!2.13.0", "1!1.0", None]
+)
 def test_a_claimed_or_newer_torch_is_no_problem(version: str | None) -> None:
     assert too_old_problem(version) is None
 
@@ -50,15 +55,15 @@ def test_a_tested_or_older_torch_has_no_note(version: str | None) -> None:
     assert untested_note(version) is None
 
 
-@pytest.mark.parametrize("version", ["2.14.2", "2.15.0", "2.15.0.dev20260101+cpu", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.14.2", "2.15.0", "2.15.0.dev20260101+cpu", "3.0.0", "1!2.13.0"])
 def test_a_newer_torch_than_tested_is_named(version: str) -> None:
     assert untested_note(version) == f"untested torch {version} (newest tested: 2.14.1)"
 
 
 def test_the_tested_releases_are_in_order_and_the_oldest_is_the_claim() -> None:
-    numbers = [release(version) for version in torch_versions.TESTED]
-    assert numbers == sorted(numbers)  # type: ignore[type-var]
-    assert numbers[0] is not None and numbers[0][:2] == torch_versions.OLDEST
+    keys = [release_key(version) for version in torch_versions.TESTED]
+    assert keys == sorted(keys)  # type: ignore[type-var]
+    assert keys[0] is not None and keys[0] == (0, (*torch_versions.OLDEST, 0))
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     assert f'"torch>={".".join(map(str, torch_versions.OLDEST))}"' in pyproject
 
