@@ -195,12 +195,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     a thread probing (and importing part of Inductor) would run beside whatever else it does (a pytest run inside a
     test, a script)."""
     if roles.role(item.config) is not Role.WORKER:
-@pytest.hookimpl(tryfirst=True)
         return
-    # A bad aoti marker argument (pytest_pycollect_makeitem) fails this test before any fixture is set up.
-    problem = item.stash.get(_marker_problem_key, None) or debug_options.marker_problem(item)
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
     if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):
         from pytest_aoti.core import warm_up
 
@@ -213,7 +208,12 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
 
 # pytest attaches its log-capturing handlers to every non-propagating logger, torch's structured-trace logger
 # included: without this, each compile puts hundreds of its DEBUG records into "Captured log call".
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A bad aoti marker argument (pytest_pycollect_makeitem) fails this test before any fixture is set up.
+    problem = item.stash.get(_marker_problem_key, None) or debug_options.marker_problem(item)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     quiet_torch_trace()
 
 
