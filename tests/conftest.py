@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 MODELS_SOURCE = (Path(__file__).parent / "aoti_models.py").read_text()
 
 
@@ -216,40 +218,56 @@ def left_behind(tmp: Path) -> list[str]:
     return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))
 
 
-# Rough seconds of the longest tests on 2 busy cores (``--durations`` of a CI run), for the order below. Any other test
-# that runs pytest counts as an end-to-end scenario of about 8 s; the rest take well under a second.
-SECONDS = {
-    "test_pictures_of_real_findings_in_the_page_and_in_pytest_html": 150,
-    "test_numerics_names_the_first_divergent_kernel": 80,
-    "test_a_nan_debug_run_names_its_kernel_and_minifies": 80,
-    "test_crash_under_xdist_from_a_subdir_is_one_junit_testcase": 80,
-    "test_invariants_on_real_compiles": 80,
-    "test_suite_style_models": 70,
-    "test_standalone_and_threads": 70,
-    "test_a_crash_fails_only_its_test[--aoti-debug]": 60,
-    "test_goldens_record_match_catch_drift_and_update": 60,
-    "test_an_isolated_test_reports_like_an_in_process_one": 55,
-    "test_failure_that_needs_an_earlier_test_does_not_reproduce": 45,
-    "test_baseline_recorded_passed_and_a_planted_slowdown_caught": 43,
-    "test_dynamic_shapes_with_hypothesis": 43,
-    "test_subdir_ini_above_package_class_ids_options_addopts": 35,
-    "test_two_processes_compile_once": 25,
-    "test_a_crash_fails_only_its_test[marker only]": 17,
-    "test_what_users_combine_with_the_crash_guard": 17,
-    "test_runner_b_loads_what_runner_a_compiled_and_refuses_a_tampered_entry": 100,
-    "test_the_isa_probe_is_paid_once_per_machine": 90,
-    "test_the_step_summary_lists_failures_goldens_and_benchmarks": 30,
-    "test_example_suites_pass": 12,
-    "test_judge_server_forks_times_out_and_takes_its_judges_with_it": 10,
-}
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--aoti-suite-record-durations",
+        action="store_true",
+        help="this suite's own: write the seconds of each test that passed into tests/durations.json (merged with "
+        "what it holds), which sets the `slow` mark and the order of work (tests/README.md)",
+    )
+
+
+DURATIONS = pytest.StashKey[dict[str, float]]()
+
+
+class DurationsRecorder:
+    """Adds up each test's setup, call and teardown seconds (on the xdist controller: the workers' reports reach it)
+    and writes the record at the end of the session. A test that failed or was skipped leaves its entry as it was."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.not_passed: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        if not report.passed:
+            self.not_passed.add(report.nodeid)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        passed = {nodeid: s for nodeid, s in self.seconds.items() if nodeid not in self.not_passed}
+        if passed:
+            tiers.write_durations(tiers.merged_durations(tiers.load_durations(), passed))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[DURATIONS] = tiers.load_durations()
+    if config.getoption("--aoti-suite-record-durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationsRecorder(), "aoti-suite-durations-recorder")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tier marks from the test's place (a test added to a file gets its file's tier), ``slow`` from its recorded
+    time: so ``-m`` selects by them (tests/README.md)."""
+    for mark in tiers.tier_marks(item.path):
+        item.add_marker(mark)
+    if tiers.is_slow(item.nodeid, item.config.stash[DURATIONS]):
+        item.add_marker("slow")
 
 
 def _seconds(item: pytest.Item) -> float:
     if item.get_closest_marker("skip") is not None:
         return 0.0  # tests/gpu without a GPU
-    if item.name in SECONDS:
-        return SECONDS[item.name]
-    return 8.0 if "run_pytest" in getattr(item, "fixturenames", ()) else 0.2
+    return tiers.expected_seconds(item.nodeid, tiers.tier_marks(item.path), item.config.stash[DURATIONS])
 
 
 def _first_split(count: int, workers: int) -> list[int]:
@@ -264,8 +282,9 @@ def _first_split(count: int, workers: int) -> list[int]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the tests for xdist's ``--dist=worksteal`` (pyproject.toml). Its first split hands each worker a run of
     consecutive tests, and a worker that runs out steals the end of another's queue. So each worker's run starts with
-    its share of the long end-to-end scenarios, longest first (each goes to the run with the fewest seconds so far),
-    and ends with quick tests: what is stolen and what runs last is short, and the workers end together."""
+    its share of the long tests, longest first by their recorded seconds (tests/durations.json; each goes to the run
+    with the fewest seconds so far), and ends with quick tests: what is stolen and what runs last is short, and the
+    workers end together."""
     if not hasattr(config, "workerinput"):
         return  # not an xdist worker (whose collection the controller schedules): pytest's own order
     sizes = _first_split(len(items), int(config.workerinput.get("workercount", 1)))

@@ -47,6 +47,8 @@ def test_exits(aoti_device):
 KERNEL_OF_THE_CRASH = "cpp_fused_add_maybe_crash_mul_sin_0"
 
 
+# On every torch release .ci/run tests: both stages' logs of a dying process, minify, the repro bundle's own loader.
+@pytest.mark.torch_matrix
 def test_crash_under_xdist_from_a_subdir_is_one_junit_testcase(
     pytester: pytest.Pytester, run_pytest: RunPytest, watched_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -600,6 +602,9 @@ def test_nan(aoti_check):
 """
 
 
+# On every torch release .ci/run tests: stage kernels (printer mode 3, NaN asserts) and stage tensors (printer mode
+# 2) on a NaN, with provenance.
+@pytest.mark.torch_matrix
 def test_a_nan_verdict_leads_with_the_kernel_that_made_it(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     """Issue 50 item 7: a NaN made by a fused kernel (tanh, then log of a negative) and read by the linear after
     it. The headline, the summary line and JUnit lead with the kernel that wrote the first non-finite buffer and

@@ -44,6 +44,8 @@ def _probe(tmp_path: Path, name: str, record_dir: Path) -> tuple[str, list[Path]
     return result.stdout, built
 
 
+# On every torch release .ci/run tests: the ISA probe verdicts recorded once per machine (VecISA.check_build).
+@pytest.mark.torch_matrix
 @pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
 def test_a_second_process_runs_no_probe_and_picks_the_same_isa(tmp_path: Path) -> None:
     first_out, first_built = _probe(tmp_path, "first", tmp_path)

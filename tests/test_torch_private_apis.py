@@ -1,7 +1,7 @@
 """Every private torch API pytest-aoti uses (``core/torch_private.__all__``), called on the installed torch: on one
-small real package and its exported program. ``.ci/run`` runs this file on each torch release it tests, so a
-release that moves or changes one fails here by name (docs/torch-private-apis.md lists them). A name added to
-``__all__`` without a check here fails too."""
+small real package and its exported program. ``.ci/run`` runs this file on each torch release it tests (the
+``torch_matrix`` mark), so a release that moves or changes one fails here by name (docs/torch-private-apis.md lists
+them). A name added to ``__all__`` without a check here fails too."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from torch.export import Dim
 
 from pytest_aoti.core import torch_private
 from pytest_aoti.core.compiler import compile_model
+
+# On every torch release .ci/run tests: each private API on a real package (the warm-process ones included).
+pytestmark = pytest.mark.torch_matrix
 
 OP_NAME = "aoti_private_apis::double"
 

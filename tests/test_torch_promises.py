@@ -53,6 +53,8 @@ def test_an_input_exports_guards_refuse(aoti_compile):
 """
 
 
+# On every torch release .ci/run tests: export's guards and output metadata, a custom op.
+@pytest.mark.torch_matrix
 def test_torch_promises_on_real_compiles(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     result = run_pytest("-p", "no:logging", "-rA", "--junitxml=report.xml")

@@ -13,6 +13,9 @@ import pytest
 from pytest_aoti.core.torch_versions import NEWEST_TESTED
 from tests.conftest import plugin_args
 
+# On every torch release .ci/run tests: the start-up check and the header's "untested torch".
+pytestmark = pytest.mark.torch_matrix
+
 USER_TESTS = """
 import torch
 

@@ -65,6 +65,9 @@ def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tup
     return forked.wait(900), log.read_text(), log.read_text().startswith(FORKED_MARK)
 
 
+# On every torch release .ci/run tests: the fork server serves on a CUDA build without a GPU (its canary's fork flag
+# is harmless there), and a forked stage child re-reads its environment (printer mode 2, NaN asserts).
+@pytest.mark.torch_matrix
 def test_a_stage_environment_takes_effect_in_a_warm_child(server: client.ForkServer, tmp_path: Path) -> None:
     """Inductor reads the printer mode, NaN asserts and the wrapper's -O level when it is imported, which the server
     did before this child's environment existed: the child's compile must still follow them."""

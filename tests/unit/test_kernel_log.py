@@ -9,7 +9,7 @@ from pathlib import Path
 from pytest_aoti.core.phases import last_phase
 from pytest_aoti.debug import kernel_log
 
-EVIDENCE = Path(__file__).parent.parent / "docs" / "gpu-evidence"
+EVIDENCE = Path(__file__).parents[2] / "docs" / "gpu-evidence"
 
 
 def _kernels_stage_log(report: str) -> str:
@@ -101,7 +101,7 @@ def test_compute_sanitizer_first_error() -> None:
     assert kernel_log.sanitizer_error("========= ERROR SUMMARY: 0 errors\n") is None
 
 
-CUDA_NAN = Path(__file__).parent / "data" / "cuda_nan_logs"
+CUDA_NAN = Path(__file__).parents[1] / "data" / "cuda_nan_logs"
 
 
 def test_a_stats_header_after_a_scalar_arguments_line_is_read() -> None:
