@@ -12,7 +12,7 @@ from tests.conftest import RunPytest, failure_section
 
 JUNK_BUILD_CONFTEST = """
 def pytest_aoti_build(config, request, build):
-    if request.nodeid.endswith("test_junk"):
+    if request.nodeid.endswith(("test_junk", "test_junk_snapshot")):
         return "junk"
     return None
 
@@ -34,6 +34,10 @@ def test_junk(aoti_compile):
 
 def test_after_junk(aoti_check):
     aoti_check(MLP(), (torch.randn(4, 8),))
+
+
+def test_junk_snapshot(aoti_check):
+    aoti_check(MLP(), (torch.randn(4, 8),), snapshot=True)
 
 
 def test_failing_check(aoti_check):
@@ -58,15 +62,19 @@ def test_a_bad_build_result_fails_its_test_and_tracebacks_end_at_the_users_line(
     result = run_pytest("-p", "no:randomly", "-p", "no:logging")
     text = result.stdout.str()
     assert "INTERNALERROR" not in text
-    result.assert_outcomes(passed=1, failed=3)
+    result.assert_outcomes(passed=1, failed=4)
 
-    junk = failure_section(result, "test_junk")
-    assert _traceback_files(junk) == {"test_user.py"}, junk
     conftest = pytester.path / "conftest.py"
-    assert (
-        f"TypeError: pytest_aoti_build returned 'junk' (str), not the CompiledModel that build() returns; implemented "
-        f"at {conftest}:1 (an implementation returns build()'s result, or None to leave the build to the next one)"
-    ) in junk
+    # With snapshot=True too (issue 62 item 9): the hook is the cause named, not the snapshot.
+    for test in ("test_junk", "test_junk_snapshot"):
+        junk = failure_section(result, test)
+        assert _traceback_files(junk) == {"test_user.py"}, junk
+        assert (
+            "TypeError: pytest_aoti_build returned 'junk' (str), not the CompiledModel that build() returns; "
+            f"implemented at {conftest}:1 (an implementation returns build()'s result, or None to leave the build to "
+            "the next one)"
+        ) in junk
+        assert "only aoti_check compares" not in junk
 
     # A failing aoti_check: the traceback is the test's line and the error, none of pluggy's or the fixtures' frames.
     failing = failure_section(result, "test_failing_check")
