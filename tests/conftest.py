@@ -234,7 +234,8 @@ class DurationsRecorder:
     """Adds up each test's setup, call and teardown seconds (on the xdist controller: the workers' reports reach it)
     and writes the record at the end of the session. A test that failed or was skipped leaves its entry as it was."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path = tiers.DURATIONS_FILE) -> None:
+        self.path = path
         self.seconds: dict[str, float] = {}
         self.not_passed: set[str] = set()
 
@@ -246,7 +247,7 @@ class DurationsRecorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         passed = {nodeid: s for nodeid, s in self.seconds.items() if nodeid not in self.not_passed}
         if passed:
-            tiers.write_durations(tiers.merged_durations(tiers.load_durations(), passed))
+            tiers.write_durations(tiers.merged_durations(tiers.load_durations(self.path), passed), self.path)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -258,9 +259,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_itemcollected(item: pytest.Item) -> None:
     """The tier marks from the test's place (a test added to a file gets its file's tier), ``slow`` from its recorded
     time: so ``-m`` selects by them (tests/README.md)."""
-    for mark in tiers.tier_marks(item.path):
+    marks = tiers.tier_marks(item.path)
+    for mark in marks:
         item.add_marker(mark)
-    if tiers.is_slow(item.nodeid, item.config.stash[DURATIONS]):
+    if marks and tiers.is_slow(item.nodeid, item.config.stash[DURATIONS]):  # the unit tier is quick by its place
         item.add_marker("slow")
 
 
