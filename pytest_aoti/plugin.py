@@ -16,7 +16,7 @@ import pytest
 from pytest_aoti import fixtures, roles
 from pytest_aoti import settings as aoti_settings
 from pytest_aoti.cache.options import cache_settings_key
-from pytest_aoti.cache.session import cache_key
+from pytest_aoti.cache.session import CACHE_PLUGIN_BLOCKED, cache_key
 from pytest_aoti.core import torch_versions
 from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.remote_cache import remote_cache_header
@@ -167,10 +167,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     settings, debug, options = (
         config.stash[settings_key],
         config.stash[debug_settings_key],
-        config.stash[cache_settings_key],
+        config.stash.get(cache_settings_key, None),
     )
-    cache = f"{options.cache_dir} (cap {options.cache_max_bytes >> 20} MiB)" if options.use_cache else "off"
-    cache += remote_cache_header(options.remote_cache, options.remote_cache_off)
+    if options is None:
+        cache = CACHE_PLUGIN_BLOCKED
+    else:
+        cache = f"{options.cache_dir} (cap {options.cache_max_bytes >> 20} MiB)" if options.use_cache else "off"
+        cache += remote_cache_header(options.remote_cache, options.remote_cache_off)
     header = (
         f"aoti: device={_device_header(config, settings.device)}, debug={'on' if debug.debug else 'off'}, "
         f"isolate={'on' if debug.isolate else 'off'}, rerun timeout={debug.rerun_timeout:g}s, cache={cache}"

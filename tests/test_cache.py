@@ -509,3 +509,26 @@ def test_an_entry_keeps_the_parts_of_its_key_locally_and_in_the_signed_manifest(
         server.stop()
     sidecar = json.loads(next((tmp_path / "b").glob("*/*.json")).read_text())
     assert sidecar["owner"] == "t.py::test_b" and sidecar["parts"] == parts.record()
+
+
+def test_the_cache_plugin_blocked_runs_without_a_cache(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
+    """``-p no:pytest_aoti.cache.plugin`` (the name ``--trace-config`` shows) blocks the cache's options with it: the
+    session runs without a package cache, and the header says why (issue 62 item 10: every aoti test errored at
+    setup with a KeyError)."""
+    pytester.makepyfile(
+        test_user="""
+        import torch
+
+        from aoti_models import MLP
+
+
+        def test_builds_twice(aoti_compile):
+            first = aoti_compile(MLP(), (torch.randn(4, 8),))
+            second = aoti_compile(MLP(), (torch.randn(4, 8),))
+            assert not first.from_cache and not second.from_cache
+        """
+    )
+    result = run_pytest("-p", "no:pytest_aoti.cache.plugin", cache=None)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti: device=*, cache=off (-p no:pytest_aoti.cache.plugin)*"])
+    assert "KeyError" not in result.stdout.str()

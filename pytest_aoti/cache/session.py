@@ -16,16 +16,22 @@ cache_key = pytest.StashKey["PackageCache | None"]()
 worker_stats_key = pytest.StashKey[list[dict[str, Any]]]()
 
 
+# The name ``-p no:`` blocks the cache plugin by (``--trace-config`` shows it): its options go with it, and the
+# session runs without a package cache, as under --aoti-no-cache (the header says why).
+CACHE_PLUGIN = "pytest_aoti.cache.plugin"
+CACHE_PLUGIN_BLOCKED = f"off (-p no:{CACHE_PLUGIN})"
+
+
 def session_cache(config: pytest.Config) -> PackageCache | None:
     if cache_key not in config.stash:
-        settings = config.stash[cache_settings_key]
+        settings = config.stash.get(cache_settings_key, None)  # None: the cache plugin is blocked
         from pytest_aoti.core.cache import PackageCache
 
         config.stash[cache_key] = (
             PackageCache.open(
                 settings.cache_dir, settings.cache_max_bytes, settings.remote_cache, settings.remote_cache_off
             )
-            if settings.use_cache
+            if settings is not None and settings.use_cache
             else None
         )
     return config.stash[cache_key]
