@@ -33,20 +33,22 @@ from pytest_aoti.debug.triage import not_rerun_reason
 ROOT = Path(__file__).parents[2]
 _DOTTED = re.compile(r"\bpytest_aoti(?:\.[A-Za-z_]\w*)+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_RECORD_PAGES = {"benchmarks.md", "gpu-validation.md", "torch-private-apis.md"}
 
 
 def _documented_names() -> list[tuple[str, str]]:
-    """Each ``pytest_aoti.X`` the README names (its captured runs included: they show this version's output) and
-    each that docs/ names outside code blocks (the code blocks there are logs of the runs an entry records, made by
-    the version of their day), as ``(where, name)``."""
+    """Each ``pytest_aoti.X`` the README and the documentation site name (their captured runs included: they show
+    this version's output), and each that the record pages (benchmarks, GPU validation) name outside code blocks
+    (the code blocks there are logs of the runs an entry records, made by the version of their day), as
+    ``(where, name)``."""
     found: dict[str, str] = {}
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         in_block = False
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if _FENCE.match(line):
                 in_block = not in_block
                 continue
-            if in_block and path.parent.name == "docs":
+            if in_block and path.name in _RECORD_PAGES:
                 continue
             for name in _DOTTED.findall(line):
                 found.setdefault(name, f"{path.relative_to(ROOT)}:{number}")
@@ -110,6 +112,7 @@ _INTERNAL = {
     "pytest_aoti.shared.figure_data.FigureDataError": "a picture record the pictures plugin cannot read; it says so",
     "pytest_aoti.benchmark.errors.BaselineError": "aoti_benchmark fails the test with its message",
     "pytest_aoti.verify.server.Terminated": "the verify server's own shutdown signal (a BaseException)",
+    "pytest_aoti.core.cache_files.RefusedCacheFile": "a file in a cache dir that is not read; a warning says so",
 }
 
 
