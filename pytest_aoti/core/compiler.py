@@ -176,6 +176,7 @@ def check_flag(value: Any, name: str) -> bool:
 
 def tolerance_value(value: Any, name: str) -> float | None:
     """``value`` as a tolerance (a finite number >= 0; None stays None), or a ValueError naming ``name``."""
+    __tracebackhide__ = hide_usage_errors
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -188,6 +189,7 @@ def _input_sets(
 ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     """The example inputs and each entry of ``more_inputs`` (a tuple of args, or ``{"args": ..., "kwargs": ...}``)
     as ``(args, kwargs)`` pairs; a malformed entry is named by its index."""
+    __tracebackhide__ = hide_usage_errors
     if isinstance(more_inputs, torch.Tensor | str | bytes | dict) or not isinstance(more_inputs, Iterable):
         raise AOTITypeError(
             f"more_inputs: expected a list of input sets (each a tuple of args, or a dict with 'args' and 'kwargs'), "
