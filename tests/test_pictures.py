@@ -273,6 +273,13 @@ def test_without_matplotlib_the_page_has_the_numbers_and_says_how_to_get_picture
     )
     result = pytester.runpytest_subprocess(*plugin_args(), "--aoti-html=page.html", "-p", "no:html")
     result.assert_outcomes(passed=1)
+    # Only the pictures drawn are counted, and the terminal says why the others are not there (issue 62 item 15).
+    result.stdout.fnmatch_lines(
+        [
+            "aoti html: *page.html (1 tests, 0 pictures; 1 could not be drawn: pictures need matplotlib: pip install "
+            "'pytest-aoti[[]plots]')"
+        ]
+    )
     page = (pytester.path / "page.html").read_text()
     assert "data:image/png" not in page
     assert "pictures need matplotlib: pip install &#x27;pytest-aoti[plots]&#x27;" in page
@@ -299,6 +306,7 @@ def test_a_matplotlib_that_fails_to_import_is_noted_and_the_run_goes_on(pytester
         "the picture could not be drawn: import matplotlib raised ValueError: numpy.dtype size changed, may "
         "indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject"
     )
+    result.stdout.fnmatch_lines([f"aoti html: *page.html (1 tests, 0 pictures; 1 could not be drawn: {note})"])
     page = (pytester.path / "page.html").read_text()
     assert f'<p class="note">{note}</p>' in page and "data:image/png" not in page
     assert "<td>0.001</td><td>0.01</td><td>1</td>" in page  # the numbers stay

@@ -141,12 +141,24 @@ class FindingsCollector:
             self.written = f"aoti html: {problem}"
             _lost_report(session)
             return
-        pictures = sum(len(test.pictures) for test in shown)
-        self.written = f"aoti html: {self.target} ({len(shown)} tests, {pictures} pictures)"
+        self.written = f"aoti html: {self.target} ({_counts(shown)})"
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.written:
             terminalreporter.write_line(self.written)
+
+
+def _counts(shown: list[Findings]) -> str:
+    """``N tests, K pictures``: the pictures drawn, and those that could not be (no matplotlib, a broken one) with
+    why, where one reason holds for all; the page holds each one's note and numbers."""
+    pictures = [picture for test in shown for _, picture in test.pictures]
+    drawn = sum(1 for picture in pictures if picture.png is not None)
+    counts = f"{len(shown)} tests, {drawn} pictures"
+    notes = {picture.note or "" for picture in pictures if picture.png is None}
+    if notes:
+        why = next(iter(notes)) if len(notes) == 1 and "" not in notes else "the page says why"
+        counts += f"; {len(pictures) - drawn} could not be drawn: {why}"
+    return counts
 
 
 def _lost_report(session: pytest.Session) -> None:
