@@ -15,6 +15,7 @@ private-API table) hold logs of past runs, not examples.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shlex
@@ -163,3 +164,25 @@ def test_the_pages_examples_run(page: Path, tmp_path: Path, docs_home: Path) -> 
                 check=False,
             )
             assert done.returncode == 0, f"{where}: the example failed:\n{done.stdout}{done.stderr}"
+
+
+def test_the_troubleshooting_pages_plugin_trap_is_what_pytest_prints(tmp_path: Path) -> None:
+    """Where pytest-aoti is installed, ``-p pytest_aoti.plugin`` stops pytest as troubleshooting.md shows (a change
+    of that behaviour must change the page). Skipped where the plugin is importable but not installed."""
+    if not any(ep.value == "pytest_aoti.plugin" for ep in importlib.metadata.entry_points(group="pytest11")):
+        pytest.skip("pytest-aoti is not installed here (on PYTHONPATH only): there is no trap")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_aoti.plugin", "--collect-only", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    shown = "ValueError: Plugin already registered under a different name: aoti=<module 'pytest_aoti.plugin'"
+    assert done.returncode != 0
+    assert shown in done.stdout + done.stderr
+    assert shown in page
