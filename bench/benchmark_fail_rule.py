@@ -18,7 +18,7 @@ torch's default threads, as neighbouring test suites would), ``xdist`` (``-n 2``
 beside the benchmark's). True positives run quiet and under hogs by default. The baseline is always recorded quiet.
 
     python bench/benchmark_fail_rule.py [--device cpu|cuda] [--runs 20] [--true-runs 10] [--min-time 0.2]
-        [--settings quiet,hogs,bursty,xdist] [--regressions-under quiet,hogs,bursty]
+        [--settings quiet,hogs,bursty,xdist] [--regressions-under quiet,hogs,bursty] [--work DIR]
 
 On a GPU machine (``--device cuda``) the model is large enough that its kernels set the pace and the planted work
 is GPU time (``torch.cuda._sleep``); ``hogs`` still loads the host's CPUs.
@@ -245,7 +245,9 @@ def series(work: Path, label: str, runs: int, args: list[str], env: dict[str, st
         verdicts.append(str(record["baseline"]))
         if record["vs_baseline"] is not None:
             ratios.append(float(str(record["vs_baseline"])))
-        print(f"  {label} {number + 1}/{runs}: {record['baseline']}: {record['comparison']}", flush=True)
+        comparison = str(record["comparison"])
+        verdict = "" if comparison.startswith(str(record["baseline"])) else f"{record['baseline']}: "
+        print(f"  {label} {number + 1}/{runs}: {verdict}{comparison}", flush=True)
     return Series(label, runs, verdicts.count("slower"), verdicts.count("not judged"), ratios,
                   time.perf_counter() - started)  # fmt: skip
 
@@ -256,6 +258,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="fresh-process runs of the unchanged package per setting")
     parser.add_argument("--true-runs", type=int, default=10, help="runs of each planted regression per setting")
     parser.add_argument("--baseline-runs", type=int, default=5)
+    parser.add_argument("--work", type=Path, help="work in this directory and keep it; a baseline recorded there "
+                        "by an earlier run is judged against, not recorded again")  # fmt: skip
     parser.add_argument("--min-time", type=float, default=0.2, help="--aoti-benchmark-min-time of every run")
     parser.add_argument("--tolerance", type=float, default=0.1)
     parser.add_argument("--settings", default="quiet,hogs,xdist", help="of quiet, hogs, bursty, xdist")
@@ -280,10 +284,13 @@ def main() -> None:
     common = [f"--aoti-device={options.device}", f"--aoti-benchmark-min-time={options.min_time}",
               f"--aoti-benchmark-tolerance={options.tolerance}", f"--aoti-benchmark-runs={options.baseline_runs}",
               "-k", "test_latency"]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="fail-rule-") as tmp:
+    kept = contextlib.nullcontext(str(options.work)) if options.work else None
+    with kept or tempfile.TemporaryDirectory(prefix="fail-rule-") as tmp:
         work = Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         (work / "test_fail_rule.py").write_text(TEST_FILE)
-        package_ms, recorded = record_baseline(work, options.baseline_runs, common, env)
+        earlier = recorded_before(work)
+        package_ms, recorded = earlier or record_baseline(work, options.baseline_runs, common, env)
         rows = []
         for setting in filter(None, options.settings.split(",")):
             rows.append(unchanged(work, setting, options.runs, common, env))
@@ -298,6 +305,19 @@ def main() -> None:
                          "runtime-op": "runtime op +4 ms"}[kind]  # fmt: skip
                 rows.append(regression(work, setting, label, options.true_runs, common, {**env, **planted[kind]}))
     print_table(options, package_ms, recorded, rows)
+
+
+def recorded_before(work: Path) -> tuple[float, int] | None:
+    """A baseline an earlier run recorded in ``--work`` (at least 2 runs): as :func:`record_baseline` gives it."""
+    path = work / "__aoti_benchmarks__" / "test_fail_rule.json"
+    if not path.exists():
+        return None
+    machines = json.loads(path.read_text())["tests"].get("test_latency", {})
+    runs = [run for entry in machines.values() for run in entry["runs"]]
+    if len(machines) != 1 or len(runs) < 2:
+        return None
+    print(f"baseline: {len(runs)} runs recorded earlier in {path}", flush=True)
+    return statistics.median(min(run["package"]) for run in runs) * 1e3, len(runs)
 
 
 def record_baseline(work: Path, runs: int, common: list[str], env: dict[str, str]) -> tuple[float, int]:
