@@ -98,6 +98,17 @@ def _fixtures(config: Any) -> list[dict[str, str]]:
     return sorted(found.values(), key=lambda fixture: fixture["name"])
 
 
+def _wrapped(name: str, function: Callable[..., Any]) -> str:
+    """``name(signature)`` on one line, or one parameter a line where that is long (a page is ~90 columns wide)."""
+    signature = inspect.signature(function)
+    line = f"{name}{signature}".replace("'", "")
+    if len(line) <= 88:
+        return line
+    parameters = ",\n".join(f"    {parameter}" for parameter in signature.parameters.values()).replace("'", "")
+    returns = "" if signature.return_annotation is inspect.Signature.empty else f" -> {signature.return_annotation}"
+    return f"{name}(\n{parameters},\n){returns}".replace("'", "")
+
+
 def _hooks() -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """The hookspecs and the public records of ``pytest_aoti.hookspecs`` (the classes its hooks hand out)."""
     import pytest_aoti.hookspecs as hookspecs
@@ -105,8 +116,7 @@ def _hooks() -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     hooks, records = [], []
     for name, member in vars(hookspecs).items():
         if name.startswith("pytest_") and inspect.isfunction(member):
-            signature = str(inspect.signature(member)).replace("'", "")
-            hooks.append({"name": name, "signature": f"{name}{signature}", "help": inspect.getdoc(member) or ""})
+            hooks.append({"name": name, "signature": _wrapped(name, member), "help": inspect.getdoc(member) or ""})
         elif inspect.isclass(member) and member.__module__ == hookspecs.__name__ and not name.startswith("_"):
             fields = [field.name for field in dataclasses.fields(member)] if dataclasses.is_dataclass(member) else []
             records.append({"name": name, "help": inspect.getdoc(member) or "", "fields": fields})
@@ -136,9 +146,9 @@ def _api() -> list[dict[str, str]]:
         if inspect.isclass(member) and issubclass(member, BaseException):
             continue
         try:
-            signature = str(inspect.signature(member)).replace("'", "")
+            signature = _wrapped(name, member)
         except (TypeError, ValueError):
-            signature = ""
+            signature = name
         kind = "class" if inspect.isclass(member) else "function"
         found.append({"name": name, "kind": kind, "signature": signature, "help": inspect.getdoc(member) or ""})
     return found
@@ -264,7 +274,8 @@ def _hooks_section(data: dict[str, Any]) -> str:
     parts.append("## Records the hooks hand out")
     for record in data["records"]:
         fields = f"\n\nFields: {', '.join(f'`{name}`' for name in record['fields'])}." if record["fields"] else ""
-        parts.append(f"### `pytest_aoti.hookspecs.{record['name']}`\n\n{_docstring(record['help'])}{fields}")
+        where = f"`pytest_aoti.hookspecs.{record['name']}`"
+        parts.append(f"### `{record['name']}`\n\n{where}\n\n{_docstring(record['help'])}{fields}")
     return "\n\n".join(parts)
 
 
@@ -295,7 +306,7 @@ def _docstring(text: str) -> str:
 def _api_section(data: dict[str, Any]) -> str:
     parts = []
     for member in data["api"]:
-        call = f"{member['name']}{member['signature']}"
+        call = member["signature"]
         parts.append(f"### `{member['name']}`\n\n```text\n{member['kind']} {call}\n```\n\n{_docstring(member['help'])}")
     return "\n\n".join(parts)
 
