@@ -232,7 +232,8 @@ DURATIONS = pytest.StashKey[dict[str, float]]()
 
 class DurationsRecorder:
     """Adds up each test's setup, call and teardown seconds (on the xdist controller: the workers' reports reach it)
-    and writes the record at the end of the session. A test that failed or was skipped leaves its entry as it was."""
+    and merges them into the record as each test ends, so a run cut short keeps what it measured. A test that failed
+    or was skipped leaves its entry as it was."""
 
     def __init__(self, path: Path = tiers.DURATIONS_FILE) -> None:
         self.path = path
@@ -240,14 +241,12 @@ class DurationsRecorder:
         self.not_passed: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        seconds = self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
         if not report.passed:
             self.not_passed.add(report.nodeid)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        passed = {nodeid: s for nodeid, s in self.seconds.items() if nodeid not in self.not_passed}
-        if passed:
-            tiers.write_durations(tiers.merged_durations(tiers.load_durations(self.path), passed), self.path)
+        if report.when == "teardown" and report.nodeid not in self.not_passed:
+            recorded = tiers.load_durations(self.path)
+            tiers.write_durations(tiers.merged_durations(recorded, {report.nodeid: seconds}), self.path)
 
 
 def pytest_configure(config: pytest.Config) -> None:
