@@ -54,6 +54,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
+    debug_options.mark_looponfail(config)  # before xdist's looponfail hands the options to its loop's sessions
     if roles.decide(config) is Role.CHILD:
         from pytest_aoti.debug.child_session import neutralize_parent_options
 
@@ -180,7 +181,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
     if debug.crash_guard is CrashGuard.ONE_WORKER:
         header += ", crash guard: one xdist worker (a crash fails only its test)"
-    elif debug.crash_guard is CrashGuard.UNGUARDED and debug.no_children_reason:
+    elif debug.no_children_reason:
         header += f", no subprocesses: {debug.no_children_reason}"
     if not config.pluginmanager.has_plugin("tmpdir"):  # tests marked aoti_ima get children too, without an option
         header += ", -p no:tmpdir: child logs and repro bundles are removed at the end of the run"

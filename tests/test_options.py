@@ -4,11 +4,17 @@ is a clear error under xdist too (raised in a worker, it used to be an INTERNALE
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunPytest, junit_cases, left_behind
+from tests.conftest import RunPytest, junit_cases, left_behind, plugin_args
 
 
 def test_loading_the_plugin_does_not_import_torch(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
@@ -385,3 +391,37 @@ def test_the_debug_reruns_and_the_caches_options_from_their_own_packages(
     bad = run_pytest("--aoti-flaky-reruns=11", cache=None)
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["ERROR: --aoti-flaky-reruns: expected a number of extra runs of at most 10, got '11'"])
+
+
+def _first_loop_of_looponfail(pytester: pytest.Pytester, *args: str) -> str:
+    """The output of ``pytest -f``'s first loop: it then waits for a file to change, forever, so it is stopped (its
+    process group: xdist's looponfail runs each loop in an execnet child) once it says so."""
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-f", *args]
+    process = subprocess.Popen(
+        command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    assert process.stdout is not None
+    output, deadline = b"", time.monotonic() + 600
+    try:
+        while b"waiting for changes" not in output and time.monotonic() < deadline:
+            if select.select([process.stdout], [], [], 5.0)[0]:
+                chunk = os.read(process.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                output += chunk
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    return output.decode(errors="replace")
+
+
+def test_looponfail_says_debug_reruns_are_off(pytester: pytest.Pytester) -> None:
+    """Under ``pytest -f --aoti-debug`` (pytest-xdist's looponfail) each loop's session gets only the test paths,
+    not the command line, and so would every child it started: the header and each failure's verdict say that
+    debug reruns are off, and why (issue 62 item 17: the header said debug=on and no rerun or verdict came)."""
+    pytester.makepyfile(test_user="def test_fails(aoti_device):\n    assert False\n")
+    output = _first_loop_of_looponfail(pytester, "--aoti-debug")
+    assert "waiting for changes" in output, output
+    assert "no subprocesses: --looponfail (-f) runs each loop in a process that pytest-xdist gives only" in output
+    assert "verdict: not rerun: --looponfail (-f)" in output, output
+    assert "INTERNALERROR" not in output

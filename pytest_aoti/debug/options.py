@@ -144,6 +144,32 @@ def _plugin_objects(config: pytest.Config) -> list[str]:
     ]
 
 
+# Set on the options by the process pytest -f started (plugin.py's pytest_cmdline_main), before xdist's looponfail
+# hands them to the process that runs each loop's session: that session knows it runs under -f by this alone.
+UNDER_LOOPONFAIL_OPTION = "aoti_under_looponfail"
+LOOPONFAIL_REASON = (
+    "--looponfail (-f) runs each loop in a process that pytest-xdist gives only the test paths, not your command "
+    "line, so a child would run without your options: no debug reruns or isolated tests under -f (for a failure's "
+    "verdict, run pytest --aoti-debug on it)"
+)
+
+
+def mark_looponfail(config: pytest.Config) -> None:
+    """In the process ``pytest -f`` started: tell the sessions of its loop that they run under looponfail."""
+    if config.getoption("looponfail", False):
+        setattr(config.option, UNDER_LOOPONFAIL_OPTION, True)
+
+
+def _no_children_reason(config: pytest.Config, objects: list[str], debugger: str | None) -> str | None:
+    if objects:
+        return f"pytest.main() was given plugin object(s) {', '.join(objects)}, which a fresh interpreter cannot load"
+    if debugger:
+        return f"{debugger} debugs the test in this process"
+    if getattr(config.option, UNDER_LOOPONFAIL_OPTION, False):
+        return LOOPONFAIL_REASON
+    return None
+
+
 def choose_crash_guard(config: pytest.Config, settings: DebugSettings, *, xdist_available: bool) -> DebugSettings:
     """How this session survives a crash when debug reruns are on (``--aoti-debug``, or tests marked ``aoti_ima``,
     which are only known after collection). ``--aoti-debug`` on a session xdist does not already distribute
@@ -152,13 +178,7 @@ def choose_crash_guard(config: pytest.Config, settings: DebugSettings, *, xdist_
     stays in-process."""
     objects = _plugin_objects(config)
     debugger = _debugger_option(config)
-    no_children = None
-    if objects:
-        no_children = (
-            f"pytest.main() was given plugin object(s) {', '.join(objects)}, which a fresh interpreter cannot load"
-        )
-    elif debugger:
-        no_children = f"{debugger} debugs the test in this process"
+    no_children = _no_children_reason(config, objects, debugger)
     option = config.option
     distributed = getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
     is_worker = decide(config) is Role.WORKER
