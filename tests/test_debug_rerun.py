@@ -498,6 +498,107 @@ def test_ctrl_c_during_a_crash_debug_rerun_keeps_the_crash(pytester: pytest.Pyte
     assert isinstance(properties, dict) and "interrupted" in str(properties["aoti_verdict"])
 
 
+FAILS_THEN_HANGS_IN_ITS_RERUN = """
+import os
+import time
+
+import pytest
+
+
+def test_before():
+    pass
+
+
+@pytest.mark.aoti_ima(stages=("kernels",))
+def test_fails(aoti_device):
+    if os.environ.get("PYTEST_AOTI_CHILD", "isolate") != "isolate":  # a debug stage's child
+        with open({pid_file!r}, "w") as stream:
+            stream.write(str(os.getpid()))
+        time.sleep(3600)
+    assert False, "the test's own failure"
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "sig", "fork_server"),
+    [
+        (["--aoti-debug"], signal.SIGINT, "on"),
+        (["--aoti-debug"], signal.SIGINT, "0"),
+        (["--aoti-debug"], signal.SIGTERM, "on"),
+        ([], signal.SIGINT, "on"),
+        (["--aoti-isolate"], signal.SIGTERM, "0"),
+    ],
+    ids=[
+        "--aoti-debug ctrl-c",
+        "--aoti-debug ctrl-c no fork server",
+        "--aoti-debug sigterm",
+        "marker ctrl-c",
+        "--aoti-isolate sigterm no fork server",
+    ],
+)
+def test_a_signal_during_a_failed_tests_debug_rerun_keeps_the_failure(
+    pytester: pytest.Pytester,
+    watched_tmpdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    how: list[str],
+    sig: signal.Signals,
+    fork_server: str,
+) -> None:
+    """Ctrl-C (to the terminal's whole job) or SIGTERM (a CI cancel, to pytest's own pid) while a failed test's debug
+    rerun runs ends the run with the failure reported: failed in the summary, one named JUnit test case with a verdict
+    that says the rerun was interrupted, no traceback of pytest-aoti's, and nothing left in TMPDIR (the fork
+    server's directory). The rerun's child sleeps for an hour: only the signal ends it (issue #62 items 4, 5)."""
+    monkeypatch.setenv("PYTEST_AOTI_FORK_SERVER", fork_server)
+    pid_file = pytester.path / "child.pid"
+    pytester.makepyfile(test_user=FAILS_THEN_HANGS_IN_ITS_RERUN.format(pid_file=str(pid_file)))
+    args = ["-p", "no:randomly", *how, "--junitxml=r.xml", f"--basetemp={pytester.path / 'basetemp'}"]
+    text = _signal_once_started(pytester, args, pid_file, "the debug rerun's child", sig)
+    how_stopped = "KeyboardInterrupt" if sig == signal.SIGINT else "SIGTERM"
+    assert f"test_user.py::test_fails: not rerun: the debug rerun was interrupted ({how_stopped})" in text, text
+    assert "1 failed, 1 passed" in text, text[-3000:]
+    for unwanted in ("Traceback", "PluggyTeardownRaisedWarning", "OSError", "INTERNALERROR"):
+        assert unwanted not in text, text[-3000:]
+    cases = junit_cases(pytester.path / "r.xml")
+    assert list(cases) == ["test_before", "test_fails"]
+    assert cases["test_fails"]["outcomes"] == ["failure"]
+    properties = cases["test_fails"]["properties"]
+    assert isinstance(properties, dict) and f"interrupted ({how_stopped})" in str(properties["aoti_verdict"])
+    assert not left_behind(watched_tmpdir)
+
+
+def _signal_once_started(
+    pytester: pytest.Pytester, args: list[str], pid_file: Path, who: str, sig: signal.Signals
+) -> str:
+    """:func:`_ctrl_c_once_started` for ``sig``: SIGINT to the job's process group (a terminal's Ctrl-C), SIGTERM to
+    pytest's pid alone (a CI cancel, ``timeout``), which then ends with status 143."""
+    if sig == signal.SIGINT:
+        return _ctrl_c_once_started(pytester, args, pid_file, who)
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", *args]
+    with (pytester.path / "session.log").open("wb") as output:
+        session = pytester.popen(
+            command,
+            stdin=pytester.CLOSE_STDIN,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_terminal_signals,
+        )
+        try:
+            started = _pid_written(pid_file, session, f"{who} never started the test")
+            session.send_signal(sig)
+            assert session.wait(timeout=300) == 143
+            _wait_gone(started, f"{who} outlived the session")
+        finally:
+            if session.poll() is None:
+                os.killpg(session.pid, signal.SIGKILL)
+                session.wait()
+    return (pytester.path / "session.log").read_text()
+
+
 def _ctrl_c_once_started(pytester: pytest.Pytester, args: list[str], pid_file: Path, who: str) -> str:
     """Run pytest with ``args`` as a terminal's foreground job; once ``who`` (a process of the run) wrote its pid to
     ``pid_file``, Ctrl-C the job (SIGINT to its process group). Asserts the run ends interrupted and ``who`` with it
@@ -606,30 +707,34 @@ def test_nan(aoti_check):
 # 2) on a NaN, with provenance.
 @pytest.mark.torch_matrix
 def test_a_nan_verdict_leads_with_the_kernel_that_made_it(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
-    """Issue 50 item 7: a NaN made by a fused kernel (tanh, then log of a negative) and read by the linear after
-    it. The headline, the summary line and JUnit lead with the kernel that wrote the first non-finite buffer and
-    its line, not with the last kernel that completed (the linear) or its NaN input."""
+    """Issue 50 item 7, issue 61 item 1: a NaN made by a fused kernel (tanh, then log of a negative) and read by the
+    linear after it. The headline, the summary line and JUnit lead with the op that made it (the eager replay of the
+    exported program: ``aten.log``), its line and the kernel that computes it, not with the last kernel that
+    completed (the linear) or its NaN input."""
     pytester.makepyfile(test_user=NAN_AFTER_TANH)
     log_line = NAN_AFTER_TANH.lstrip("\n").splitlines().index("        h = torch.log(h - 100.0)") + 1
     result = run_pytest("--aoti-debug", "-p", "no:logging", "--junitxml=r.xml")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     lead = (
-        r"first NaN/Inf in (cpp_fused_\w*log\w*) \((buf\d+) after launch, mean -?nan\) at "
-        rf"(?:test_user.py:\d+ in forward: [^;]*; )?test_user.py:{log_line} in forward: h = torch.log\(h - 100.0\)"
+        rf"NaN made by aten.log.default \(node log\) at test_user.py:{log_line} in forward: "
+        r"h = torch.log\(h - 100.0\) from \w+ \(min -?[\d.]+, max -?[\d.]+\), in kernel (cpp_fused_\w*log\w*)"
     )
     verdict = re.search(rf"^verdict: {lead}", text, re.MULTILINE)
     assert verdict is not None, text
-    kernel, buffer = verdict.group(1), verdict.group(2)
+    kernel = verdict.group(1)
     # The rest follows: the rerun's outcome, then the last kernel that completed (the linear, reading the NaN).
     assert re.search(rf"^verdict: {lead}.*; failed: .*; last kernel completed: aoti_torch_cpu_addmm_out", text, re.M)
-    assert re.search(rf"^first NaN/Inf: {kernel} {buffer} \(mean -?nan.*test_user.py:{log_line} in forward", text, re.M)
+    first = rf"^first NaN/Inf: {kernel} (buf\d+) \(mean -?nan.*test_user.py:{log_line} in forward"
+    found = re.search(first, text, re.M)
+    assert found is not None, text
+    buffer = found.group(1)
     result.stdout.re_match_lines([r"=+ aoti =+", rf"test_user.py::test_nan: {lead}"])
     properties = junit_cases(pytester.path / "r.xml")["test_nan"]["properties"]
     assert isinstance(properties, dict)
     assert re.match(lead, str(properties["aoti_verdict"])), properties
     assert (properties["aoti_first_nonfinite_kernel"], properties["aoti_first_nonfinite_buffer"]) == (kernel, buffer)
-    assert re.match(rf"{kernel}: at .*test_user.py:{log_line} in forward", str(properties["aoti_source"])), properties
+    assert re.match(rf"aten.log.default: at .*test_user.py:{log_line} in forward", str(properties["aoti_source"]))
     # The kernel the failure is blamed on is the writer too: the linear's NaN input is not shown as a "bad input"
     # (it was: "bad input buf1 (…nan…) into aoti_torch_cpu_addmm_out: not finite"), and inputs shown are the writer's.
     assert properties["aoti_suspect_kernel"] == kernel, properties

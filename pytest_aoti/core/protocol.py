@@ -32,6 +32,7 @@ REPORT_FILE_ENV = "PYTEST_AOTI_REPORT_FILE"
 BUNDLE_ENV = "PYTEST_AOTI_BUNDLE_DIR"
 NUMERICS_ENV = "PYTEST_AOTI_NUMERICS_DIR"
 
+ORIGIN_RESULT = "origin.json"  # in the repro bundle: what python -m pytest_aoti.debug.origin found
 MINIFY_RESULT = "minify.json"  # in minify's output dir: what python -m pytest_aoti.debug.minify found
 DEFAULT_MINIFY_BUDGET = 300.0  # seconds of search per minified failure: the option's default and minify's own
 
@@ -264,3 +265,28 @@ class MinifyResult:
     def from_json(cls, text: str) -> MinifyResult:
         """The result a minify process wrote; raises ValueError (or TypeError) for text that is not one."""
         return cls(**_json_object(text, "minify result"))
+
+
+@dataclass(frozen=True)
+class NonfiniteOrigin:
+    """Where eager makes the failing call's first NaN (or, with no NaN in its outputs, its first overflow to Inf):
+    the exported program replayed op by op on the call's inputs (``pytest_aoti.debug.origin``), written as
+    ``ORIGIN_RESULT`` in the repro bundle. A node holding an infinity of a constant it was given (an attention
+    mask's ``-inf``, ``masked_fill(-inf)``) is a fill by design, never the origin."""
+
+    outputs: str  # what the replay's outputs hold: "nan", "inf" or "finite" (then the package alone made it)
+    kind: str | None = None  # "NaN" or "Inf": what the origin node made from inputs that held none
+    node: str | None = None  # the exported program's node name (the provenance data's pre-grad node)
+    op: str | None = None  # "aten.log.default"
+    inputs: list[str] = field(default_factory=list)  # "sub_3 (min -101.2, max -98.4)", each tensor input's range
+    output: str | None = None  # "12 of 512 values NaN"
+    fills: list[str] = field(default_factory=list)  # nodes whose infinities are a constant they were given
+    error: str | None = None  # why the replay could not run
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> NonfiniteOrigin:
+        """The origin a replay wrote; raises ValueError (or TypeError) for text that is not one."""
+        return cls(**_json_object(text, "nonfinite origin"))

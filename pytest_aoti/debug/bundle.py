@@ -170,14 +170,35 @@ def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
     """The modules defining the non-aten ops the graph calls, each with the directory to import it from."""
     from pytest_aoti.core.cache import custom_op_function, custom_op_names
 
+    program = compiled.exported_program
+    defining = [getattr(custom_op_function(name), "__module__", "") for name in custom_op_names(program)]
     modules: dict[str, str] = {}
-    for name in custom_op_names(compiled.exported_program):
-        module = sys.modules.get(getattr(custom_op_function(name), "__module__", ""), None)
+    for name in [*defining, *_pytree_type_modules(program)]:
+        module = sys.modules.get(name)
         path = getattr(module, "__file__", None)
         if module is not None and path:
             importable, root = import_root(module.__name__, Path(path))
             modules[importable] = str(root)
     return [{"module": name, "path": path} for name, path in modules.items()]
+
+
+def _pytree_type_modules(program: torch.export.ExportedProgram) -> list[str]:
+    """The modules that register the pytree node types of the program's inputs and outputs (transformers' output
+    classes): ``torch.export.load`` cannot read the program back in a process that has not imported them."""
+    import torch.utils._pytree as pytree
+
+    modules: list[str] = []
+    pending = [program.call_spec.in_spec, program.call_spec.out_spec]
+    while pending:
+        spec = pending.pop()
+        if spec is None:
+            continue
+        kind = getattr(spec, "type", None)
+        module = getattr(kind, "__module__", "builtins")
+        if kind is not None and kind not in pytree.BUILTIN_TYPES and module != "builtins":
+            modules.append(module)
+        pending.extend(getattr(spec, "children_specs", ()))
+    return list(dict.fromkeys(modules))
 
 
 def import_root(module: str, file: Path) -> tuple[str, Path]:
@@ -247,11 +268,24 @@ def write_program(
     torch.export.save(program, bundle / "exported_program.pt2")
     shutil.copyfile(package, bundle / "package.pt2")
     (bundle / "inductor_configs.json").write_text(json.dumps(inductor_configs, indent=2, default=repr))
-    environment = {k: v for k, v in os.environ.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
-    (bundle / "env.json").write_text(json.dumps(environment, indent=2, sort_keys=True))
+    (bundle / "env.json").write_text(json.dumps(recorded_environment(), indent=2, sort_keys=True))
     (bundle / "versions.json").write_text(json.dumps(_versions(), indent=2))
     (bundle / "custom_ops.json").write_text(json.dumps(custom_ops, indent=2))
     (bundle / "repro.py").write_text(REPRO_SCRIPT)
+
+
+def recorded_environment() -> dict[str, str]:
+    """The torch, Inductor and CUDA variables ``repro.py`` runs under, less any that may hold a credential (a URL,
+    as ``TORCHINDUCTOR_REDIS_URL`` with its password; a token): a bundle is attached to bug reports, and
+    ``repro.py`` runs under the environment it is started in besides these, so such a setting still applies where
+    it is set."""
+    from pytest_aoti.core.remote_cache import may_hold_secret
+
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_RECORDED_ENV_PREFIXES) and not may_hold_secret(name, value)
+    }
 
 
 def write_inputs(bundle: Path, args: Any, kwargs: dict[str, Any]) -> None:

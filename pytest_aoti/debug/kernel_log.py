@@ -49,12 +49,25 @@ class TensorStats:
     def nonfinite(self) -> bool:
         return any(_is_nonfinite(v) for v in (self.mean, self.minimum, self.maximum))
 
+    @property
+    def holds_nan(self) -> bool:
+        """A NaN among its values: min and max propagate NaN; a mean alone is NaN for +Inf beside -Inf too."""
+        extremes = [v for v in (self.minimum, self.maximum) if v is not None]
+        return any(_is_nan(v) for v in extremes) if extremes else _is_nan(self.mean)
+
 
 def _is_nonfinite(text: str | None) -> bool:
     if text is None:
         return False
     try:
         return not math.isfinite(float(text.strip()))
+    except ValueError:
+        return False
+
+
+def _is_nan(text: str | None) -> bool:
+    try:
+        return text is not None and math.isnan(float(text.strip()))
     except ValueError:
         return False
 
@@ -140,12 +153,12 @@ def tensor_stats(log: str) -> list[TensorStats]:
 
 
 def first_nonfinite(stats: list[TensorStats]) -> TensorStats | None:
-    """The first model input or kernel output holding NaN/Inf. ``before_launch`` blocks of output buffers show
-    uninitialised memory, so only inputs and ``after_launch`` blocks count."""
-    for block in stats:
-        if block.when in ("input", "after") and block.nonfinite:
-            return block
-    return None
+    """The first model input or kernel output holding NaN, else the first holding Inf. ``before_launch`` blocks of
+    output buffers show uninitialised memory, so only inputs and ``after_launch`` blocks count. A NaN comes first:
+    real models hold infinities by design (an additive attention mask's ``-inf``) in kernels before the one that
+    makes the NaN."""
+    written = [block for block in stats if block.when in ("input", "after")]
+    return next((b for b in written if b.holds_nan), None) or next((b for b in written if b.nonfinite), None)
 
 
 def nan_assert(log: str) -> str | None:

@@ -200,16 +200,30 @@ def save_values(bundle: Path, directory: Path) -> None:
         Saving(module).run(*flat_inputs)
 
 
+def load_program(bundle: Path) -> tuple[Any, list[Any]]:
+    """The bundle's program as a flat-input graph module, and its flat inputs (the custom ops it calls imported
+    first)."""
+    _import_custom_ops(bundle)
+    return _load(bundle)
+
+
 def _load(bundle: Path) -> tuple[Any, list[Any]]:
     """The bundle's program as a flat-input graph module, and its flat inputs."""
     import torch
-    import torch.utils._pytree as pytree
 
     program = torch.export.load(bundle / "exported_program.pt2")
     inputs = torch.load(bundle / "inputs.pt", weights_only=False)
+    return flat_program(program, tuple(inputs["args"]), dict(inputs["kwargs"]))
+
+
+def flat_program(program: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """An exported program as a flat-input graph module, and the call's inputs flattened for it: the minifier (and
+    the eager replay) work on a flat-input graph; the exported module's pytree calling convention is not one."""
+    import torch
+    import torch.utils._pytree as pytree
+
     module = program.module(check_guards=False)
-    flat_inputs = pytree.tree_leaves((tuple(inputs["args"]), dict(inputs["kwargs"])))
-    # The minifier works on a flat-input graph; the exported module's pytree calling convention is not one.
+    flat_inputs = pytree.tree_leaves((args, kwargs))
     return torch.fx.GraphModule(module, _flat_graph(module)), flat_inputs
 
 

@@ -49,6 +49,9 @@ def source_line(verdict: Verdict) -> str | None:
     """The user's line the verdict points at (JUnit ``aoti_source``): the line its headline leads with."""
     if verdict.crashed_after_run and verdict.crash_frame is not None:
         return f"crash: at {verdict.crash_frame.describe(verdict.source_root)}"
+    origin = verdict.origin
+    if nan_leads(verdict) and origin is not None and origin.op is not None and verdict.origin_line is not None:
+        return f"{origin.op}: at {verdict.origin_line.describe(verdict.source_root)}"
     roles = ("nonfinite", *_SOURCE_ROLES) if nan_leads(verdict) else _SOURCE_ROLES
     for role in roles:
         source = verdict.sources.get(role)
@@ -61,11 +64,13 @@ _GENERIC_RUN_ERROR = "run_func_("
 
 
 def nan_leads(verdict: Verdict) -> bool:
-    """Whether the verdict is about a NaN/Inf whose writer the printer found: the rerun failed (it did not crash
-    or hang) with no index check or CUDA error to explain first. Its headline then leads with that kernel."""
+    """Whether the verdict is about a NaN/Inf whose maker the eager replay or whose writer the printer found: the
+    rerun failed (it did not crash or hang) with no index check or CUDA error to explain first. Its headline then
+    leads with that op, else that kernel."""
     first = verdict.first
+    found = verdict.first_nonfinite is not None or (verdict.origin is not None and verdict.origin.kind is not None)
     return (
-        verdict.first_nonfinite is not None
+        found
         and first is not None
         and first.outcome is Outcome.FAILED
         and not (verdict.device_assert or verdict.bounds_check or verdict.cuda_error)
@@ -74,19 +79,66 @@ def nan_leads(verdict: Verdict) -> bool:
 
 def first_nonfinite_text(verdict: Verdict) -> str | None:
     """``first NaN/Inf in <kernel> (<buffer> after launch, mean nan) at <its line>``: the kernel that wrote the
-    first non-finite buffer stage tensors' printer saw."""
-    if verdict.first_nonfinite is None:
+    first non-finite buffer stage tensors' printer saw (left out when it is the kernel the origin names)."""
+    found = verdict.first_nonfinite
+    if found is None or (found.kernel is not None and _origin_kernel(verdict) == found.kernel):
         return None
-    return f"first NaN/Inf in {_where(verdict.first_nonfinite)}{_at(verdict, 'nonfinite')}"
+    return f"first NaN/Inf in {_where(found)}{_at(verdict, 'nonfinite')}"
+
+
+def _origin_kernel(verdict: Verdict) -> str | None:
+    source = verdict.sources.get("origin")
+    return source.name if source is not None else None
+
+
+def origin_text(verdict: Verdict) -> str | None:
+    """The op the eager replay found making the NaN/Inf, with its line, its inputs and the kernel that computes it
+    (that kernel's other lines after it): ``NaN made by aten.log.default at model.py:12 in forward: …``. Or that
+    eager stays finite, so the package's kernels made it."""
+    origin = verdict.origin
+    if origin is None:
+        return None
+    if origin.kind is None or origin.node is None:
+        if origin.outputs == "finite":
+            return (
+                "eager's replay of the exported program on the failing call's inputs stays finite: the package's "
+                "kernels made the NaN/Inf, not the model's arithmetic (a compiler bug: see the kernel below)"
+            )
+        return None
+    line = verdict.origin_line
+    text = f"{origin.kind} made by {origin.op} (node {origin.node})"
+    text += f" at {line.describe(verdict.source_root)}" if line is not None else ""
+    if origin.inputs:
+        text += f" from {', '.join(origin.inputs[:3])}{' …' if len(origin.inputs) > 3 else ''}"
+    kernel = verdict.sources.get("origin")
+    if kernel is not None:
+        others = [other for other in kernel.lines if other != line]
+        also = f" (its other lines: {'; '.join(o.describe(verdict.source_root) for o in others[:2])})" if others else ""
+        text += f", in kernel {kernel.name}{also}"
+    return text
+
+
+def fills_text(verdict: Verdict) -> str | None:
+    """The infinities the eager replay found by design (a constant fill such as an attention mask's ``-inf``)."""
+    origin = verdict.origin
+    if origin is None or not origin.fills:
+        return None
+    shown = ", ".join(origin.fills[:3]) + (f" and {len(origin.fills) - 3} more" if len(origin.fills) > 3 else "")
+    return f"infinities by design, not the fault: {shown} (a constant -inf/inf fill, such as an attention mask)"
 
 
 def nan_disagreement(verdict: Verdict) -> str | None:
     """What the NaN assert of stage kernels and the printer's stats of stage tensors say, when they differ: the
-    assert names a buffer that is not the first non-finite one the printer saw, or the printer saw none."""
+    assert names a buffer that is not the first non-finite one the printer saw, or the printer saw none. The
+    asserts stop at the first Inf as well as the first NaN: a NaN's origin after an infinity by design (a mask)
+    is said so."""
     buffer = kernel_log.nan_assert_buffer(verdict.nan_assert)
     found = verdict.first_nonfinite
     if buffer is None or (found is not None and found.arg == buffer):
         return None
+    origin = verdict.origin
+    if origin is not None and origin.kind == "NaN" and "NaN" not in (verdict.nan_assert or ""):
+        return f"the NaN assert stopped earlier, at an infinity ({verdict.nan_assert}), before the NaN was made"
     tensors = next((run for run in verdict.stages if run.stage == Stage.TENSORS), None)
     if found is not None:
         printer = f"the printer's first non-finite buffer is {found.arg} ({found.kernel or 'a model input'})"
@@ -232,7 +284,11 @@ def headline(verdict: Verdict) -> str:
         described = f"{first.outcome}: {cause}"
     # The first NaN/Inf: its kernel and line, and whether the NaN assert says otherwise. A NaN's verdict leads
     # with them; the run's outcome and the rest follow.
-    nan_parts = [part for part in (first_nonfinite_text(verdict), nan_disagreement(verdict)) if part is not None]
+    nan_parts = [
+        part
+        for part in (origin_text(verdict), first_nonfinite_text(verdict), nan_disagreement(verdict))
+        if part is not None
+    ]
     leads = nan_leads(verdict)
     parts = [*(nan_parts if leads else []), described]
     if verdict.test_failure is not None:
@@ -424,7 +480,12 @@ def _section(verdict: Verdict) -> list[str]:
 def _nonfinite_lines(verdict: Verdict) -> list[str]:
     """The report section's lines on the first NaN/Inf: the buffer's stats and the line of the kernel that wrote
     it, and whether the NaN assert agrees."""
-    lines = []
+    lines = [text for text in (origin_text(verdict), fills_text(verdict)) if text is not None]
+    origin = verdict.origin
+    if origin is not None and origin.output is not None:
+        lines.append(f"eager replay: {origin.output} made by node {origin.node}; inputs: {'; '.join(origin.inputs)}")
+    if origin is not None and origin.error is not None:
+        lines.append(f"eager replay of the exported program not possible: {origin.error}")
     stats = verdict.first_nonfinite
     if stats is not None:
         lines.append(

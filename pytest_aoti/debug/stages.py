@@ -30,8 +30,10 @@ from pytest_aoti.core.protocol import (
     BUNDLE_ENV,
     MINIFY_RESULT,
     NUMERICS_ENV,
+    ORIGIN_RESULT,
     Finding,
     MinifyResult,
+    NonfiniteOrigin,
     Outcome,
     Stage,
 )
@@ -199,6 +201,7 @@ class BundleFacts:
     launches: tuple[provenance.KernelSource, ...] = ()
     bundle: Path | None = None
     custom_ops: tuple[tuple[str, str], ...] = ()  # (module, import root)
+    node_traces: Mapping[str, str] = field(default_factory=dict)  # graph node -> its stack trace at export
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,8 @@ class Verdict:
     minify_log: Path | None = None
     test_failure: str | None = None  # the test's own kind of failure, when the rerun failed another way
     # The user's source lines of the kernels the verdict names, by role: "suspect" (died in or last completed),
-    # "next" (the call after the last completed kernel, for a crash between kernels), "nonfinite", "divergent".
+    # "next" (the call after the last completed kernel, for a crash between kernels), "nonfinite", "divergent",
+    # "origin" (the launch that computes the op the eager replay found making the NaN/Inf).
     sources: Mapping[str, provenance.KernelSource] = field(default_factory=dict)
     source_root: Path | None = None  # where the user ran pytest: source files are shown relative to it
     custom_ops: tuple[tuple[str, str], ...] = ()  # (module, import root) repro.py imports
@@ -238,6 +242,8 @@ class Verdict:
     crashed_in: str | None = None  # the pytest phase (setup, call, teardown) stage kernels crashed in
     # Each stage's log, trimmed, in the order of ``stages``: read once the stages ran, so rendering reads no file.
     trimmed_logs: tuple[str, ...] = ()
+    origin: NonfiniteOrigin | None = None  # the eager replay's op that made the NaN/Inf
+    origin_line: provenance.SourceLine | None = None  # that op's line in the user's model
 
     @property
     def reproduced(self) -> bool:
@@ -286,14 +292,15 @@ class Verdict:
     def suspect_kernel(self) -> str | None:
         """The kernel the failure is blamed on: the one that never finished; for a NaN/Inf (no crash), the one that
         wrote the first non-finite buffer, since the NaN asserts can stop the package after a later kernel that only
-        read it (on CPU, the extern matmul after the fused kernel); else the last one that completed. None for a
-        crash while no kernel ran."""
+        read it (on CPU, the extern matmul after the fused kernel), and before it the launch computing the op the
+        eager replay found making it; else the last one that completed. None for a crash while no kernel ran."""
         if self.crashed_after_run:
             return None
         if self.died_in is not None:
             return self.died_in
+        origin = self.sources.get("origin") if not self.crashed else None
         writer = self.first_nonfinite.kernel if self.first_nonfinite is not None and not self.crashed else None
-        return writer or self.last_completed
+        return (origin.name if origin is not None else None) or writer or self.last_completed
 
 
 def failure_if_different(original: str | None, verdict: Verdict) -> str | None:
@@ -437,14 +444,15 @@ class StagePipeline:
         """The repro bundle's facts, with the stages' logs copied into it."""
         bundle = self.bundle
         launches: tuple[provenance.KernelSource, ...] = ()
+        traces = read_node_sources(bundle)
         if (bundle / "package.pt2").exists():
-            launches = tuple(provenance.read_kernel_sources(bundle / "package.pt2", read_node_sources(bundle)))
+            launches = tuple(provenance.read_kernel_sources(bundle / "package.pt2", traces))
         if not (bundle / "repro.py").exists():
-            return BundleFacts(source_root, launches)
+            return BundleFacts(source_root, launches, node_traces=traces)
         for run in self.runs:
             if run.log_path.exists():
                 shutil.copyfile(run.log_path, bundle / run.log_path.name)
-        return BundleFacts(source_root, launches, bundle, tuple(custom_op_modules(bundle)))
+        return BundleFacts(source_root, launches, bundle, tuple(custom_op_modules(bundle)), traces)
 
 
 def debug_rerun(
@@ -491,9 +499,42 @@ def debug_rerun(
     minify = None
     if Stage.MINIFY in plan.stages and not pipeline.stopped:
         minify = _minify(results, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
+    origin = None
+    if wants_origin(results, nonfinite_failure=plan.nonfinite_failure) and not pipeline.stopped:
+        origin = nonfinite_origin(pipeline.bundle, workdir, timeout=request.timeout)
     seconds = time.monotonic() - started
     bundle = pipeline.read_bundle(config.invocation_params.dir)
-    return make_verdict(nodeid, results, minify=minify, bundle=bundle, seconds=seconds, failure=failure)
+    return make_verdict(nodeid, results, minify=minify, bundle=bundle, seconds=seconds, failure=failure, origin=origin)
+
+
+def wants_origin(results: StageResults, *, nonfinite_failure: bool) -> bool:
+    """Whether the failure is a NaN/Inf the repro bundle can replay in eager: the test found one in an output, or a
+    stage's NaN assert or printer did, and the rerun that recorded the bundle reproduced the failure."""
+    nonfinite = nonfinite_failure or results.signals.nan_assert is not None or results.first_nonfinite is not None
+    crashed = any(run.outcome is Outcome.CRASHED for run in results.runs)
+    return nonfinite and not crashed and results.reproduced
+
+
+def nonfinite_origin(bundle: Path, workdir: Path, *, timeout: float) -> NonfiniteOrigin | None:
+    """The op that made the NaN/Inf: ``python -m pytest_aoti.debug.origin`` replays the bundle's exported program in
+    eager, in its own process (torch's state in this one stays the session's). None without a bundle to replay."""
+    if not (bundle / "exported_program.pt2").exists() or not (bundle / "inputs.pt").exists():
+        return None
+    (bundle / ORIGIN_RESULT).unlink(missing_ok=True)
+    log_path = workdir / "origin.log"
+    command = [sys.executable, "-u", "-m", "pytest_aoti.debug.origin", str(bundle)]
+    tmpdir = private_tmpdir(workdir)
+    try:
+        returncode, timed_out, _ = run_process(
+            command, env={**os.environ, "TMPDIR": str(tmpdir)}, cwd=workdir, log_path=log_path, timeout=timeout
+        )
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    try:
+        return NonfiniteOrigin.from_json((bundle / ORIGIN_RESULT).read_text())
+    except (OSError, ValueError, TypeError):
+        how = "timed out" if timed_out else f"exited with {returncode}"
+        return NonfiniteOrigin("unknown", error=f"the eager replay {how} without a result (log: {log_path})")
 
 
 def run_stages(
@@ -539,9 +580,11 @@ def make_verdict(
     bundle: BundleFacts | None = None,
     seconds: float | None = None,
     failure: str | None = None,
+    origin: NonfiniteOrigin | None = None,
 ) -> Verdict:
     """The verdict, made once the stages ran: from what each said (``results``), stage minify's answer, the repro
-    bundle, the stages' wall time (``seconds``) and the test's own kind of failure (``failure``)."""
+    bundle, the stages' wall time (``seconds``), the test's own kind of failure (``failure``) and the eager
+    replay's origin of a NaN/Inf (``origin``)."""
     kernels, tensors, signals = results.kernels, results.tensors, results.signals
     facts = Verdict(
         nodeid,
@@ -568,14 +611,17 @@ def make_verdict(
         crash_frame=kernels.crash_frame if kernels is not None else None,
         crashed_in=kernels.crashed_in if kernels is not None else None,
         trimmed_logs=tuple(kernel_log.trim(run.log) for run in results.runs),
+        origin=origin,
+        origin_line=origin_line(origin, bundle.node_traces) if bundle is not None else None,
     )
-    # What rests on the facts above: which kernel is the suspect (a crash while no kernel ran has none).
+    # What rests on the facts above: the launches they name, and which kernel is the suspect (a crash while no
+    # kernel ran has none).
+    facts = replace(facts, sources=kernel_sources(facts, list(bundle.launches), kernels) if bundle is not None else {})
     suspect = facts.suspect_kernel
     inputs = tensors.of(results.suspects) if tensors is not None and suspect is not None else []
     return replace(
         facts,
         suspect_inputs=tuple(kernel_log.kernel_inputs(inputs, suspect)) if suspect is not None else (),
-        sources=kernel_sources(facts, list(bundle.launches), kernels) if bundle is not None else {},
         test_failure=failure_if_different(failure, facts),
     )
 
@@ -609,7 +655,17 @@ def kernel_sources(
         find("nonfinite", nonfinite.kernel, nonfinite.launch)
     if verdict.numerics is not None and verdict.numerics.diverged is not None:
         find("divergent", verdict.numerics.diverged.kernel)
+    origin = verdict.origin.node if verdict.origin is not None else None
+    holding = next((source for source in sources if origin is not None and origin in source.nodes), None)
+    if holding is not None:
+        found["origin"] = holding
     return found
+
+
+def origin_line(origin: NonfiniteOrigin | None, node_traces: Mapping[str, str]) -> provenance.SourceLine | None:
+    """The user's line of the op that made the NaN/Inf (its node's stack trace at export)."""
+    trace = node_traces.get(origin.node) if origin is not None and origin.node is not None else None
+    return provenance.user_line(trace, provenance.torch_install_dir()) if trace is not None else None
 
 
 def _minify_target(results: StageResults) -> str:

@@ -1,0 +1,137 @@
+"""Where a NaN/Inf was born: the failing call's exported program replayed in eager, op by op, on its inputs.
+
+The NaN asserts stop at the first non-finite buffer and the printer's stats name the first kernel that wrote one, but
+real models hold infinities by design (an additive attention mask's ``-inf``, ``masked_fill(-inf)``, a max-pool's
+padding), and a fused kernel holds several ops of several lines, of which the first may only pass a NaN on (a ReLU
+after an eval BatchNorm of a negative variance). Here each graph node runs alone on the values before it, so the node
+that turned inputs holding no NaN into a NaN is the op that made it. With no NaN in the outputs, the first node that
+overflowed to Inf from finite inputs is the origin; a node whose infinities are a constant it was given is a fill.
+When eager's replay stays finite, the package alone made the values: a compiler bug, traced at the kernel level.
+
+Runs as ``python -m pytest_aoti.debug.origin BUNDLE`` (torch imported there, not in the session) and writes
+``ORIGIN_RESULT`` into the bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from pytest_aoti.core.protocol import ORIGIN_RESULT, NonfiniteOrigin
+from pytest_aoti.debug.minify import load_program
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()]
+
+
+def _holds(value: Any, kind: str) -> bool:
+    test = torch.isnan if kind == "NaN" else torch.isinf
+    return any(bool(test(tensor).any()) for tensor in _tensors(value))
+
+
+def _infinities(value: Any) -> set[float]:
+    """The signs of the infinities ``value`` holds: a ``+inf`` made from inputs holding only ``-inf`` (an ``exp`` that
+    overflowed after a ``masked_fill(-inf)``) is a new one."""
+    return {sign for t in _tensors(value) for sign in (math.inf, -math.inf) if bool((t == sign).any())}
+
+
+def _constant_infinity(node: torch.fx.Node) -> bool:
+    """The node was given an infinite constant (``where(mask, x, -inf)``, ``full(..., -inf)``, ``masked_fill``):
+    its infinities are a fill by design."""
+    constants = [leaf for leaf in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(leaf, float | int)]
+    return any(isinstance(value, float) and math.isinf(value) for value in constants)
+
+
+def _range(tensor: torch.Tensor) -> str:
+    finite = tensor[torch.isfinite(tensor)]
+    parts = []
+    if finite.numel():
+        parts.append(f"min {finite.min().item():.4g}, max {finite.max().item():.4g}")
+    for name, count in (("NaN", torch.isnan(tensor)), ("Inf", torch.isinf(tensor))):
+        number = int(count.sum())
+        if number:
+            parts.append(f"{number} {name}")
+    return ", ".join(parts) or "empty"
+
+
+class _Replay(torch.fx.Interpreter):
+    """Runs the graph and keeps the first node that made a NaN and the first that overflowed to Inf."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        self.births: dict[str, tuple[torch.fx.Node, Any, list[str]]] = {}  # kind -> (node, value, its inputs)
+        self.fills: list[str] = []
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.op != "call_function" or not _tensors(value):
+            return value
+        inputs = {arg.name: self.env[arg] for arg in n.all_input_nodes if arg in self.env}
+        before = list(inputs.values())
+        made = {
+            "NaN": _holds(value, "NaN") and not _holds(before, "NaN"),
+            "Inf": bool(_infinities(value) - _infinities(before)),
+        }
+        for kind in ("NaN", "Inf"):
+            if kind in self.births or not made[kind]:
+                continue
+            if kind == "Inf" and _constant_infinity(n):
+                self.fills.append(n.name)
+            else:
+                described = [f"{name} ({_range(t[0])})" for name, v in inputs.items() if (t := _tensors(v))]
+                self.births[kind] = (n, value, described)
+        return value
+
+
+def replay(module: torch.fx.GraphModule, flat_inputs: Sequence[Any]) -> NonfiniteOrigin:
+    """The origin of the outputs' NaN (else Inf) in one eager run of ``module`` on ``flat_inputs``."""
+    interpreter = _Replay(module)
+    with torch.no_grad():
+        outputs = interpreter.run(*flat_inputs)
+    held = "nan" if _holds(outputs, "NaN") else "inf" if _holds(outputs, "Inf") else "finite"
+    kind = {"nan": "NaN", "inf": "Inf"}.get(held)
+    if kind is None or kind not in interpreter.births:
+        return NonfiniteOrigin(held, fills=interpreter.fills)
+    node, value, inputs = interpreter.births[kind]
+    made = sum(int((torch.isnan(t) if kind == "NaN" else torch.isinf(t)).sum()) for t in _tensors(value))
+    total = sum(t.numel() for t in _tensors(value))
+    return NonfiniteOrigin(
+        held,
+        kind=kind,
+        node=node.name,
+        op=str(node.target),
+        inputs=inputs,
+        output=f"{made} of {total} values {kind}",
+        fills=interpreter.fills,
+    )
+
+
+def find_origin(bundle: Path) -> NonfiniteOrigin:
+    try:
+        module, flat_inputs = load_program(bundle)
+        return replay(module, flat_inputs)
+    except Exception as error:  # the user's model and torch's loaders: any failure is a note, not a crash
+        return NonfiniteOrigin("unknown", error=f"{type(error).__name__}: {error}"[:500])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_aoti.debug.origin", description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", type=Path)
+    options = parser.parse_args(argv)
+    found = find_origin(options.bundle)
+    (options.bundle / ORIGIN_RESULT).write_text(found.to_json())
+    print(found.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
