@@ -12,10 +12,10 @@ Inductor's own steps (inclusive; steps nest, and the kernel compiles run in Indu
 the time the compile waited for them shows).
 
 ``--isa-verdict``: a fresh worker's first compile (fresh interpreter, empty Inductor cache) without and with the CPU
-vector-ISA probe's verdict recorded in pytest-aoti's cache dir: the first build probes and records it
-(``core.cache.record_isa_probe``), the second is given ``TORCHINDUCTOR_VEC_ISA_OK=1`` because the verdict is there
-(``core.cache.isa_probe_recorded``), as pytest-aoti gives it to a later session's xdist workers and debug children.
-The pair is repeated ``--repeats`` times.
+vector-ISA probes' verdicts recorded in pytest-aoti's cache dir: each build calls
+``core.isa_verdicts.ready_for_compile`` first, as pytest-aoti's compile does, with ``PYTEST_AOTI_ISA_RECORD`` naming
+the record; the first build probes and records the verdicts, the second answers its probes from them, as a later
+session's xdist workers and debug children do. The pair is repeated ``--repeats`` times.
 
     python bench/compile_breakdown.py [--device cpu|cuda] [--builds plain,kernels,tensors]
     python bench/compile_breakdown.py --isa-verdict [--device cpu|cuda] [--repeats N]
@@ -128,6 +128,11 @@ def child(device: str, package_dir: str, started: float, record_isa_to: str | No
     exported = torch.export.export(model, example)
     seconds["export"] = time.perf_counter() - mark
     mark = time.perf_counter()
+    if record_isa_to is not None:  # what pytest-aoti's compile does first: the ISA probes, answered from the record
+        from pytest_aoti.core import isa_verdicts
+
+        os.environ[isa_verdicts.ISA_RECORD_ENV] = str(isa_verdicts.record_path(Path(record_isa_to)))
+        isa_verdicts.ready_for_compile()
     path = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(package_dir, "model.pt2"))
     seconds["compile"] = time.perf_counter() - mark
     mark = time.perf_counter()
@@ -141,12 +146,7 @@ def child(device: str, package_dir: str, started: float, record_isa_to: str | No
     except RuntimeError:
         pass  # NaN asserts on CUDA
     seconds["run"] = time.perf_counter() - mark
-    recorded = None
-    if record_isa_to is not None:
-        from pytest_aoti.core.cache import record_isa_probe
-
-        recorded = record_isa_probe(Path(record_isa_to))
-    print(json.dumps({"seconds": seconds, "steps": steps, "commands": commands, "isa_recorded": recorded}))
+    print(json.dumps({"seconds": seconds, "steps": steps, "commands": commands}))
 
 
 def _build_env(build: str) -> dict[str, str]:
@@ -218,7 +218,8 @@ def _print_build(label: str, wall: float, result: dict[str, Any]) -> None:
 
 def isa_verdict(device: str, repeats: int) -> None:
     """A fresh worker's first compile (empty Inductor cache each) probing, then given the verdict it recorded."""
-    from pytest_aoti.core.cache import PackageCache, isa_probe_recorded
+    from pytest_aoti.core import isa_verdicts
+    from pytest_aoti.core.cache import PackageCache
 
     print(f"device {device}: a fresh worker's first compile, without and with the recorded ISA-probe verdict")
     env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_VEC_ISA_OK"}
@@ -228,13 +229,14 @@ def isa_verdict(device: str, repeats: int) -> None:
             verdict_dir = Path(tmp) / f"aoti-cache-{repeat}"
             assert PackageCache.open(verdict_dir, max_bytes=1 << 30) is not None  # marked: a verdict may go there
             for label in compiles:
-                given = {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if isa_probe_recorded(verdict_dir) else {}
-                if (label == "recorded verdict") != bool(given):
-                    raise SystemExit(f"{label}: the verdict was {'' if given else 'not '}recorded before this build")
+                recorded = bool(isa_verdicts.read_record(isa_verdicts.record_path(verdict_dir)).passed)
+                if (label == "recorded verdict") != recorded:
+                    raise SystemExit(
+                        f"{label}: the verdicts were {'' if recorded else 'not '}recorded before this build"
+                    )
                 inductor_cache = os.path.join(tmp, f"inductor-{repeat}-{label.replace(' ', '-')}")
-                build_env = {**env, **given, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
-                record = ["--record-isa-to", str(verdict_dir)] if label == "probing" else []
-                wall, result = _build(device, tmp, build_env, label, *record)
+                build_env = {**env, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
+                wall, result = _build(device, tmp, build_env, label, "--record-isa-to", str(verdict_dir))
                 _print_build(f"{label} (pair {repeat + 1})", wall, result)
                 compiles[label].append(result["seconds"]["compile"])
     probing, given = min(compiles["probing"]), min(compiles["recorded verdict"])

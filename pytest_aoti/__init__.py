@@ -31,7 +31,8 @@ from pytest_aoti.shared.errors import AOTIVerifyError
 from pytest_aoti.snapshots.errors import AOTISnapshotError
 
 if TYPE_CHECKING:
-    from pytest_aoti.core.cache import AOTICacheWarning, PackageCache, package_key
+    from pytest_aoti.core.cache import PackageCache, package_key
+    from pytest_aoti.core.cache_files import AOTICacheWarning
     from pytest_aoti.core.compiler import CompiledModel, check_model, compile_model
     from pytest_aoti.core.remote_cache import AOTIRemoteCacheWarning
     from pytest_aoti.core.strategies import DrawnInputs, dynamic_inputs, input_shapes
@@ -70,7 +71,7 @@ _LAZY = {
     "CompiledModel": "pytest_aoti.core.compiler",
     "check_model": "pytest_aoti.core.compiler",
     "compile_model": "pytest_aoti.core.compiler",
-    "AOTICacheWarning": "pytest_aoti.core.cache",
+    "AOTICacheWarning": "pytest_aoti.core.cache_files",
     "PackageCache": "pytest_aoti.core.cache",
     "package_key": "pytest_aoti.core.cache",
     "AOTIRemoteCacheWarning": "pytest_aoti.core.remote_cache",

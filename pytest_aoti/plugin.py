@@ -193,19 +193,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return header if untested is None else f"{header}, {untested}"
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """An xdist worker's first test that will compile: warm up beside the rest of collection and the scheduling
-    (core.warm_up). Only in a worker, a process that only runs tests: never in the process the user started, where
-    a thread probing (and importing part of Inductor) would run beside whatever else it does (a pytest run inside a
-    test, a script)."""
-    if roles.role(item.config) is not Role.WORKER:
-        return
-    if any(name.startswith("aoti_") for name in getattr(item, "fixturenames", ())):
-        from pytest_aoti.core import warm_up
-
-        warm_up.start_in_background()
-
-
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     return debug_options.debug_isolation_notice(items)
 

@@ -5,8 +5,7 @@ Each end-to-end test starts pytest as a user would, and on a 2-core machine the 
 it, so the run is still a process of its own: its cwd, environment, sys.path, stdio, exit status, crash and signals are
 its own, and it starts pytest the way ``python -m pytest`` does (``pytest/__main__.py`` over ``sys.argv``). What
 the plugin starts (debug stages, isolated tests, xdist workers, minify's judges) still starts fresh: those processes
-are what the tests test. Each run's environment gains only what the plugin gives its own children: that the CPU's
-vector ISAs passed Inductor's probe (``TORCHINDUCTOR_VEC_ISA_OK=1``), which this server makes once.
+are what the tests test. Inductor's vector-ISA probes are made once here, and every run inherits their verdicts.
 
 Run as a script (``python tests/forkserver.py``), so that it imports nothing from this repository's ``tests``
 package, whose name user layouts in the tests use too. It reads one JSON request per line on stdin and answers two
@@ -17,7 +16,6 @@ for a signal, as ``subprocess`` reports it). It ends when stdin closes.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import runpy
@@ -25,7 +23,6 @@ import sys
 import tempfile
 import threading
 import traceback
-from pathlib import Path
 from typing import Any
 
 # What every user run imports first: torch and Inductor, ~4 s on 2 cores. None of it starts a thread or reads the
@@ -50,34 +47,24 @@ for _module in (hypothesis, _hypothesis_globals):
 # sys.path as a fresh interpreter has it, less this script's dir and the PYTHONPATH this server was started with.
 _STARTUP_PYTHONPATH = {entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
 _BASE_PATH = [entry for entry in sys.path[1:] if entry not in _STARTUP_PYTHONPATH]
-_REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def _probe_vector_isa() -> dict[str, str]:
-    """Inductor's CPU vector-ISA probe, made once here: one build and one Python per ISA (~1.5 CPU-s) in every process
-    that compiles. Its result is cached in this process, so the forked runs inherit it, and the plugin tells the
-    children it starts (``TORCHINDUCTOR_VEC_ISA_OK=1``, pytest_aoti/debug/child.py). The same variable, for the
-    processes a run starts itself (xdist workers), when every ISA the CPU advertises passed: what the plugin's own
-    check says."""
+def _probe_vector_isa() -> None:
+    """Inductor's CPU vector-ISA probes, made once here: one build and one Python per ISA (~1.5 CPU-s) in every process
+    that compiles. Their verdicts are cached in this process, so the forked runs inherit them; the processes a run
+    starts itself (xdist workers, debug children) read the ISA record the plugin keeps in the run's cache dir."""
     import torch._inductor.cpu_vec_isa
 
     torch._inductor.cpu_vec_isa.valid_vec_isa_list()
-    # The plugin's module, loaded under another name: importing pytest_aoti here would keep pytest from rewriting it.
-    path = _REPOSITORY / "pytest_aoti" / "core" / "torch_private.py"
-    spec = importlib.util.spec_from_file_location("_torch_private", path)
-    assert spec is not None and spec.loader is not None
-    torch_private = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(torch_private)
-    return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if torch_private.vector_isa_probe_passed() else {}
 
 
-def _run(request: dict[str, Any], extra_env: dict[str, str]) -> None:
+def _run(request: dict[str, Any]) -> None:
     """In the forked process: become ``python -m pytest ARGS`` started from ``cwd`` with ``env``. Never returns."""
     code: int = 1
     try:
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update({**extra_env, **request["env"]})
+        os.environ.update(request["env"])
         tempfile.tempdir = None  # read TMPDIR afresh
         pythonpath = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
         sys.path[:] = [request["cwd"], *pythonpath, *_BASE_PATH]  # what ``python -m`` puts first: the cwd
@@ -109,11 +96,10 @@ def main() -> None:
     # torch.cuda.is_initialized() says False, and every forked run fails "Cannot re-initialize CUDA in forked
     # subprocess" (seen on the H100).
     unsafe = None
-    extra_env: dict[str, str] = {}
     if torch.version.cuda is not None and torch.cuda.is_available():
         unsafe = "a GPU machine: a forked run could not use CUDA"
     else:
-        extra_env = _probe_vector_isa()
+        _probe_vector_isa()
         if threading.active_count() != 1:
             unsafe = f"{threading.active_count()} threads after imports"
     if unsafe is not None:
@@ -129,7 +115,7 @@ def main() -> None:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run(request, extra_env)
+            _run(request)
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)

@@ -162,24 +162,32 @@ def test_a_compile_in_the_process_changes_no_later_key(built: tuple[Path, str]) 
     assert package_key(_export(_seeded()), {}, CPU) == built[1]
 
 
-def test_a_child_skips_the_isa_probe_its_parent_passed_with_the_same_key(
-    built: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+def test_a_child_answers_its_isa_probes_from_its_parent_with_the_same_key(
+    built: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After this process compiled (``built``), Inductor has probed the CPU's vector ISAs: a child is told to skip
-    the probe, and skipping it (env or config) changes no package key; turning vectorization off does."""
+    """After this process compiled (``built``), it has run Inductor's ISA probes: a child started fresh answers its
+    probes from the session's record, or, where the cache is off and no record is named, from a record of its own
+    with this process's verdicts. Skipping the base probe (env or config) changes no package key; turning
+    vectorization off does."""
     import torch._inductor.config as inductor_config
 
-    from pytest_aoti.debug.child import _inherited_isa_probe
+    from pytest_aoti.core import isa_verdicts, torch_private
+    from pytest_aoti.debug.child import _isa_record_for
 
-    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
-    assert _inherited_isa_probe() == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}  # every ISA this CPU advertises passed
+    assert isa_verdicts.probed()  # the compile probed
+    torch_private.memoize_isa_checks({"f" * 32})  # one more pass this process answers with (of no real check)
+    monkeypatch.setenv(isa_verdicts.ISA_RECORD_ENV, str(tmp_path / "session-record.json"))
+    assert _isa_record_for(tmp_path) == {}  # inherited with the environment
+    monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV)
+    given = _isa_record_for(tmp_path)
+    assert list(given) == [isa_verdicts.ISA_RECORD_ENV] and Path(given[isa_verdicts.ISA_RECORD_ENV]).parent == tmp_path
+    assert "f" * 32 in isa_verdicts.read_record(Path(given[isa_verdicts.ISA_RECORD_ENV])).passed
     ep = _export(_seeded())
     before = package_key(ep, {}, CPU)
-    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
-    with inductor_config.patch({"cpp.vec_isa_ok": True}):  # what the child's Inductor reads from that env
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):  # what Inductor reads from TORCHINDUCTOR_VEC_ISA_OK=1
         assert package_key(ep, {}, CPU) == before
-    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")
-    assert package_key(ep, {}, CPU) != before
+    with inductor_config.patch({"cpp.vec_isa_ok": False}):  # vectorization off
+        assert package_key(ep, {}, CPU) != before
 
 
 def test_eviction_drops_least_recently_used(tmp_path: Path, built_package: Path) -> None:

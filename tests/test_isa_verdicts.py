@@ -1,6 +1,7 @@
-"""Inductor's CPU ISA probes, paid once per machine (pytest_aoti/core/isa_verdicts.py): real probes in fresh
-interpreters. A probe leaves its build in the Inductor cache dir it ran with, so an empty cache dir after a process
-says that process answered from the record."""
+"""Inductor's CPU ISA probes (pytest_aoti/core/isa_verdicts.py): paid once per machine, only on the way to a compile,
+a failure never trusted, the ISA picked in the key. Real probes in fresh interpreters. A probe leaves its build (a
+``.cpp`` holding ``_chk_kernel``) in the Inductor cache dir it ran with, so a fresh Inductor cache dir without one
+after a process says that process ran no probe."""
 
 from __future__ import annotations
 
@@ -13,65 +14,121 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.core import isa_verdicts
+from pytest_aoti.core.cache import MARKER_FILE, clear_cache_dir
 from tests.conftest import RunPytest
 
-PROBE = """
-import sys
-from pathlib import Path
-from pytest_aoti.core import isa_verdicts
-import torch._inductor.cpu_vec_isa as cpu_vec_isa
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
 
-isa_verdicts.use_recorded()
-for isa in cpu_vec_isa.valid_vec_isa_list():
-    bool(isa)  # the ISA's own probes (avx512-bf16, vnni, AMX) run on first use
-print("picked", cpu_vec_isa.pick_vec_isa())
-isa_verdicts.record(Path(sys.argv[1]))
+PROBE = """
+from pytest_aoti.core import isa_verdicts
+
+print("picked", isa_verdicts.ready_for_compile())
+"""
+
+# A C++ compiler that builds everything but Inductor's ISA probes (their code holds ``_chk_kernel``): what a probe
+# killed mid-build, a full disk or a compiler without the ISA looks like to Inductor.
+FAILING_PROBES_CXX = """#!/bin/sh
+for arg in "$@"; do
+  case "$arg" in
+    *.cpp) if grep -q _chk_kernel "$arg" 2>/dev/null; then echo "no probes here" >&2; exit 1; fi ;;
+  esac
+done
+exec "${REAL_CXX:-g++}" "$@"
 """
 
 
-def _probe(tmp_path: Path, name: str, record_dir: Path) -> tuple[str, list[Path]]:
+def _probe_builds(inductor_cache: Path) -> list[Path]:
+    """The ISA probes' builds a process left in its Inductor cache dir."""
+    return [path for path in inductor_cache.rglob("*.cpp") if "_chk_kernel" in path.read_text(errors="replace")]
+
+
+def _cache_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER_FILE).write_text("pytest-aoti\n")
+    return path
+
+
+def _probe(tmp_path: Path, name: str, record: Path, **env: str) -> tuple[str, list[Path]]:
     inductor_cache = tmp_path / f"inductor-{name}"
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache),
-        isa_verdicts.ISA_RECORD_ENV: str(isa_verdicts.record_path(record_dir)),
-    }
-    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)  # the base probe runs too
+    full_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), isa_verdicts.ISA_RECORD_ENV: str(record)}
+    full_env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)  # the base probe runs too
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(record_dir)], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", PROBE], env={**full_env, **env}, capture_output=True, text=True, check=True, timeout=600
     )
-    built = [path for path in inductor_cache.rglob("*") if path.suffix in (".so", ".cpp")]
-    return result.stdout, built
+    return result.stdout, _probe_builds(inductor_cache)
 
 
-# On every torch release .ci/run tests: the ISA probe verdicts recorded once per machine (VecISA.check_build).
-@pytest.mark.torch_matrix
-@pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
-def test_a_second_process_runs_no_probe_and_picks_the_same_isa(tmp_path: Path) -> None:
-    first_out, first_built = _probe(tmp_path, "first", tmp_path)
-    if not first_built:
+def _advertises_an_isa(built: list[Path]) -> None:
+    if not built:
         pytest.skip("this CPU has no ISA Inductor probes")
-    record = isa_verdicts.record_path(tmp_path)
-    assert isa_verdicts.read_record(record), record.read_text()
-    second_out, second_built = _probe(tmp_path, "second", tmp_path)
+
+
+@linux_only
+def test_a_second_process_runs_no_probe_and_picks_the_same_isa(tmp_path: Path) -> None:
+    record = isa_verdicts.record_path(_cache_dir(tmp_path / "cache"))
+    first_out, first_built = _probe(tmp_path, "first", record)
+    _advertises_an_isa(first_built)
+    assert isa_verdicts.read_record(record).passed, record.read_text()
+    second_out, second_built = _probe(tmp_path, "second", record)
     assert second_built == [] and second_out == first_out, (second_out, second_built)
 
     # A malformed record is no record: the probes run again (and the record is rewritten whole).
     record.write_text("{not json")
-    third_out, third_built = _probe(tmp_path, "third", tmp_path)
+    third_out, third_built = _probe(tmp_path, "third", record)
     assert third_built and third_out == first_out
-    assert isa_verdicts.read_record(record)
+    assert isa_verdicts.read_record(record).passed
+
+
+@linux_only
+def test_a_recorded_failure_is_never_an_answer(tmp_path: Path) -> None:
+    """Issue 62, item 6: with every recorded verdict false (an older version recorded failures as answers), later
+    compiles picked a lesser ISA, or none. A false verdict, old or new, answers nothing: the probes run again and
+    pick what a full probe picks, and the record then holds passes."""
+    record = isa_verdicts.record_path(_cache_dir(tmp_path / "cache"))
+    first_out, first_built = _probe(tmp_path, "first", record)
+    _advertises_an_isa(first_built)
+    passed = sorted(isa_verdicts.read_record(record).passed)
+    failures = {key: {"check": "planted", "why": "planted", "when": "2026-01-01T00:00:00Z"} for key in passed}
+    record.write_text(json.dumps({"checks": dict.fromkeys(passed, False), "failed": failures}))
+    assert isa_verdicts.read_record(record) == isa_verdicts.IsaRecord(frozenset(), failures)
+    again_out, again_built = _probe(tmp_path, "again", record)
+    assert again_out == first_out and len(again_built) == len(first_built)
+    assert sorted(isa_verdicts.read_record(record).passed) == passed and not isa_verdicts.read_record(record).failed
+
+
+@linux_only
+def test_a_probe_that_failed_once_is_recorded_with_why_and_probed_again(tmp_path: Path) -> None:
+    """A probe whose build failed (a killed build, a full disk: Inductor's check_build returns False for any of
+    them) leaves a lesser ISA in that process only: the process says so once, its record holds the failure and why,
+    and the next process probes again and picks what a full probe picks."""
+    record = isa_verdicts.record_path(_cache_dir(tmp_path / "cache"))
+    compiler = tmp_path / "cxx-without-probes"
+    compiler.write_text(FAILING_PROBES_CXX)
+    compiler.chmod(0o755)
+    failed_out, failed_built = _probe(tmp_path, "failing", record, CXX=str(compiler))
+    _advertises_an_isa(failed_built)  # the probe wrote its program, and its build failed
+    assert "picked IsaPick(isa='none'" in failed_out and "did not build" in failed_out, failed_out
+    written = isa_verdicts.read_record(record)
+    assert not written.passed and written.failed
+    assert all("did not build" in failure["why"] and failure["check"] for failure in written.failed.values())
+
+    healthy_out, healthy_built = _probe(tmp_path, "healthy", record)
+    assert healthy_built and "failures=()" in healthy_out and "isa='none'" not in healthy_out, healthy_out
+    assert isa_verdicts.read_record(record).passed and not isa_verdicts.read_record(record).failed
 
 
 def test_a_record_of_another_machine_is_another_file(tmp_path: Path) -> None:
     """The record's name holds the identity (CPU flags, torch, compiler): another machine's never answers here."""
     foreign = tmp_path / "isa-checks-0123456789abcdef0123456789abcdef.json"
-    foreign.write_text(json.dumps({"checks": {"anything": False}}))
+    foreign.write_text(json.dumps({"checks": {"anything": True}}))
+    older = tmp_path / "isa-probe-0123456789abcdef0123456789abcdef.json"  # an older version's base verdict
+    older.write_text(json.dumps({"every_isa_passed": True}))
     assert isa_verdicts.record_path(tmp_path) != foreign
-    assert isa_verdicts.read_record(isa_verdicts.record_path(tmp_path)) == {}
-    assert isa_verdicts.read_record(foreign) == {"anything": False}
-    isa_verdicts.forget(tmp_path)
-    assert not foreign.exists()
+    assert isa_verdicts.read_record(isa_verdicts.record_path(tmp_path)) == isa_verdicts.IsaRecord()
+    assert isa_verdicts.read_record(foreign).passed == {"anything"}
+    (tmp_path / MARKER_FILE).write_text("pytest-aoti\n")
+    clear_cache_dir(tmp_path)  # --aoti-cache-clear: the records go with the packages
+    assert not foreign.exists() and not older.exists()
 
 
 RECORDED_BEFORE_THE_END = """
@@ -92,7 +149,7 @@ def test_the_record_is_there_already():
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
+@linux_only
 @pytest.mark.parametrize("mode", [(), ("-n", "1")], ids=["plain", "xdist worker"])
 def test_a_process_records_its_probes_before_its_session_ends(
     pytester: pytest.Pytester,
@@ -101,8 +158,8 @@ def test_a_process_records_its_probes_before_its_session_ends(
     monkeypatch: pytest.MonkeyPatch,
     mode: tuple[str, ...],
 ) -> None:
-    """The record is written once a process has probed (a compile, a worker's warm-up), not at its session's end:
-    a worker that replaces a crashed one (which never reaches its end) or a fresh child reads it instead of probing
+    """The record is written once a process has probed (before its first compile), not at its session's end: a
+    worker that replaces a crashed one (which never reaches its end) or a fresh child reads it instead of probing
     again (22.5 s of probe children on the H200 machine). Fresh interpreters: the suite's fork server has probed
     already."""
     monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV, raising=False)  # the inner session names its own cache's
@@ -111,30 +168,89 @@ def test_a_process_records_its_probes_before_its_session_ends(
     run_pytest(*mode, "-p", "no:logging", cache=tmp_path / "cache", fresh=True).assert_outcomes(passed=2)
 
 
-PROBE_IMPORTS = """
-import json
-import sys
-
+CACHED_SUITE = """
 import torch
-from pytest_aoti.core import isa_verdicts, torch_private
+from aoti_models import MLP
 
-torch_private.import_what_probes_import()
-before = set(sys.modules)
-isa_verdicts.probe()
-print(json.dumps(sorted(set(sys.modules) - before)))
+
+def test_mlp(aoti_check):
+    aoti_check(MLP(), (torch.randn(2, 8),))
+
+
+def test_linear(aoti_compile):
+    aoti_compile(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+"""
+
+# Each process says, at its end, whether it imported Inductor's compile path or its probes ran in it.
+WHAT_EACH_PROCESS_IMPORTED = """
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def pytest_sessionfinish(session):
+    name = getattr(session.config, "workerinput", {}).get("workerid", "main")
+    seen = {
+        "compile path": "torch._inductor.compile_fx" in sys.modules,
+        "probed": getattr(sys.modules.get("pytest_aoti.core.isa_verdicts"), "_pick", None) is not None,
+    }
+    Path(os.environ["SEEN_DIR"], name + ".json").write_text(json.dumps(seen))
+"""
+
+NEW_MODEL = """
+import torch
+
+
+def test_conv(aoti_compile):
+    aoti_compile(torch.nn.Conv1d(2, 3, 3), (torch.randn(1, 2, 8),))
 """
 
 
-def test_probing_imports_nothing_the_warm_up_has_not_imported_first(tmp_path: Path) -> None:
-    """A worker's warm-up imports what the probes import in its own thread, then probes in another
-    (core/warm_up.py): that thread must import nothing, or two threads could import one module graph at once and
-    one of them be handed a partially initialized module. Real probes, in a fresh interpreter with nothing recorded."""
-    record = tmp_path / "isa-checks-test.json"
-    env = {**os.environ, isa_verdicts.ISA_RECORD_ENV: str(record)}
-    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE_IMPORTS], env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == []
-    assert json.loads(record.read_text()), "the probes ran and recorded their verdicts"
+def _seen(seen_dir: Path) -> dict[str, dict[str, bool]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(seen_dir.glob("*.json"))}
+
+
+@linux_only
+def test_a_run_whose_packages_are_all_cached_runs_no_probe_and_keeps_its_keys(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 63, item 1: each xdist worker started the ISA probes as it collected its first pytest-aoti test, though
+    every package of the run was a cache hit. Now a process probes only on the way to a compile: a second run of the
+    same suite (same models, same keys: 0 misses, no new entry) runs no probe and imports nothing of Inductor's
+    compile path, in any worker. A later compile probes, answered from the record: no probe is built again. Fresh
+    interpreters, each with an Inductor cache dir of its own."""
+    monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV, raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    pytester.makepyfile(test_cached=CACHED_SUITE)
+    pytester.makeconftest(WHAT_EACH_PROCESS_IMPORTED)
+    cache = tmp_path / "cache"
+
+    def run(name: str, *args: str) -> tuple[pytest.RunResult, Path, Path]:
+        seen, inductor = tmp_path / f"seen-{name}", tmp_path / f"inductor-{name}"
+        seen.mkdir()
+        monkeypatch.setenv("SEEN_DIR", str(seen))
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+        return run_pytest("-n", "2", *args, cache=cache, fresh=True), seen, inductor
+
+    first, _, first_inductor = run("first")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(["aoti cache: 0 hits, 2 misses*"])
+    if not _probe_builds(first_inductor):
+        pytest.skip("this CPU has no ISA Inductor probes")
+    entries = sorted(path.name for path in cache.glob("*/*.pt2"))
+
+    second, seen, second_inductor = run("second")
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines(["aoti cache: 2 hits, 0 misses*"])
+    assert sorted(path.name for path in cache.glob("*/*.pt2")) == entries  # the same keys: nothing new stored
+    nothing = {"compile path": False, "probed": False}
+    assert _seen(seen) == {"gw0": nothing, "gw1": nothing, "main": nothing}
+    assert _probe_builds(second_inductor) == []
+
+    pytester.makepyfile(test_new=NEW_MODEL)
+    third, seen, third_inductor = run("third")
+    third.assert_outcomes(passed=3)
+    third.stdout.fnmatch_lines(["aoti cache: 2 hits, 1 misses*"])
+    assert sorted(info["probed"] for info in _seen(seen).values()) == [False, False, True]  # the compiling worker
+    assert _probe_builds(third_inductor) == []  # answered from the record

@@ -1,11 +1,10 @@
-"""The remote cache and the ISA-probe verdict as a user sees them: pytest runs on fresh runners (fresh local cache
-dirs) against a real ``redis-server``, their headers, summaries and JUnit files; and a fresh process on a machine
-whose probe verdict was recorded. The store's faults are tested on the store itself (tests/test_remote_cache.py)."""
+"""The remote cache as a user sees it: pytest runs on fresh runners (fresh local cache dirs) against a real
+``redis-server``, their headers, summaries and JUnit files. The store's faults are tested on the store itself
+(tests/test_remote_cache.py); the ISA probes' record in tests/test_isa_verdicts.py."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,104 +162,3 @@ def test_under_q_the_summary_says_why_the_remote_cache_was_skipped(
         ]
     )
     assert "hidden-pw" not in _text(result)
-
-
-TEST_ISA = """
-import json
-import os
-from pathlib import Path
-
-import torch
-from aoti_models import MLP
-
-def test_sees(aoti_compile):
-    import torch._inductor.config as inductor_config
-
-    aoti_compile(MLP(), (torch.randn(2, 8),))
-    seen = {"env": os.environ.get("TORCHINDUCTOR_VEC_ISA_OK"), "config": inductor_config.cpp.vec_isa_ok}
-    Path(os.environ["ISA_SEEN"]).write_text(json.dumps(seen))
-"""
-
-
-def test_the_isa_probe_is_paid_once_per_machine(
-    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A fresh run probes the CPU's vector ISAs and records the verdict in its cache dir; a later run's xdist worker
-    gets TORCHINDUCTOR_VEC_ISA_OK=1 (Inductor reads it: no probe) and the same package key (a cache hit); a user's
-    own value is left alone. Fresh interpreters (not the fork server, whose runs have probed already)."""
-    pytester.makepyfile(test_isa=TEST_ISA)
-    cache = tmp_path / "cache"
-    seen = tmp_path / "seen.json"
-    monkeypatch.setenv("ISA_SEEN", str(seen))
-    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
-
-    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
-    assert json.loads(seen.read_text()) == {"env": None, "config": None}  # this run probed
-    verdicts = list(cache.glob("isa-probe-*.json"))
-    assert len(verdicts) == 1 and json.loads(verdicts[0].read_text()) == {"every_isa_passed": True}
-
-    result = run_pytest("-n", "1", cache=cache, fresh=True)
-    result.assert_outcomes(passed=1)
-    assert json.loads(seen.read_text()) == {"env": "1", "config": True}
-    result.stdout.fnmatch_lines(["aoti cache: 1 hits, 0 misses*"])  # the key did not change
-
-    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")  # the user's own: vectorization off
-    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
-    assert json.loads(seen.read_text()) == {"env": "0", "config": False}
-    assert "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ or os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "0"
-
-
-def test_a_verdict_goes_only_into_a_marked_cache_and_is_cleared_with_it(tmp_path: Path) -> None:
-    """In-process: this process has imported torch and probed (a compile, or the probe itself)."""
-    pytest.importorskip("torch")
-    import torch._inductor.cpu_vec_isa
-
-    from pytest_aoti.core.cache import PackageCache, clear_cache_dir, isa_probe_recorded, record_isa_probe
-    from pytest_aoti.core.torch_private import vector_isa_probe_passed
-
-    torch._inductor.cpu_vec_isa.valid_vec_isa_list()
-    if not vector_isa_probe_passed():
-        pytest.skip("not every vector ISA this CPU advertises passed Inductor's probe: nothing to record")
-    unmarked = tmp_path / "not-a-cache"
-    unmarked.mkdir()
-    assert not record_isa_probe(unmarked) and not list(unmarked.iterdir())
-    assert PackageCache.open(tmp_path / "cache", max_bytes=1 << 30) is not None
-    assert not isa_probe_recorded(tmp_path / "cache")
-    assert record_isa_probe(tmp_path / "cache") and isa_probe_recorded(tmp_path / "cache")
-    clear_cache_dir(tmp_path / "cache")
-    assert not isa_probe_recorded(tmp_path / "cache")
-
-
-TEST_ISA_ENV = """
-import os
-from pathlib import Path
-
-def test_sees():
-    Path(os.environ["ISA_SEEN"]).write_text(os.environ.get("TORCHINDUCTOR_VEC_ISA_OK", "unset"))
-"""
-
-
-def test_the_run_that_clears_the_cache_forgets_the_verdict_too(
-    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 50, item 5: --aoti-cache-clear deleted the recorded ISA verdict, but its own run had read it already
-    and skipped the probe. Now that run probes (and records the verdict again). Fresh interpreters: the fork server
-    sets the variable itself."""
-    pytest.importorskip("torch")
-    import torch._inductor.cpu_vec_isa
-
-    from pytest_aoti.core.cache import PackageCache, isa_probe_recorded, record_isa_probe
-    from pytest_aoti.core.torch_private import vector_isa_probe_passed
-
-    torch._inductor.cpu_vec_isa.valid_vec_isa_list()
-    if not vector_isa_probe_passed():
-        pytest.skip("not every vector ISA this CPU advertises passed Inductor's probe: nothing is recorded")
-    cache, seen = tmp_path / "cache", tmp_path / "seen"
-    assert PackageCache.open(cache, max_bytes=1 << 30) is not None and record_isa_probe(cache)
-    pytester.makepyfile(test_isa_env=TEST_ISA_ENV)
-    monkeypatch.setenv("ISA_SEEN", str(seen))
-    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
-    run_pytest(cache=cache, fresh=True).assert_outcomes(passed=1)
-    assert seen.read_text() == "1"  # the verdict is used
-    run_pytest("--aoti-cache-clear", cache=cache, fresh=True).assert_outcomes(passed=1)
-    assert seen.read_text() == "unset" and not isa_probe_recorded(cache)

@@ -176,8 +176,11 @@ def _check_isa_probes(built: Built) -> None:
     picked = cpu_vec_isa.pick_vec_isa()
     torch_private.probe_side_by_side(list(cpu_vec_isa.valid_vec_isa_list()) * 2)  # cached verdicts, side by side
     assert cpu_vec_isa.pick_vec_isa() == picked
-    assert isinstance(torch_private.vector_isa_probe_passed(), bool)
-    assert isinstance(torch_private.memoize_isa_checks({}), dict)
+    memo = torch_private.memoize_isa_checks(set())
+    assert isinstance(memo, torch_private.IsaCheckMemo) and all(
+        v is True for k, v in memo.answers.items() if k not in memo.failures
+    )
+    assert torch_private.picked_vec_isa() == (f"{picked} [{picked.build_arch_flags()}]" if picked else "none")
 
 
 def _check_cuda_state(built: Built) -> None:
@@ -226,7 +229,12 @@ CHECKS: list[tuple[Callable[[Built], None], tuple[str, ...]]] = [
     (_check_fx_minifier, ("fx_minifier",)),
     (
         _check_isa_probes,
-        ("run_vector_isa_probes", "vector_isa_probe_passed", "memoize_isa_checks", "probe_side_by_side"),
+        (
+            "run_vector_isa_probes",
+            "memoize_isa_checks",
+            "probe_side_by_side",
+            "picked_vec_isa",
+        ),
     ),
     (_check_cuda_state, ("cuda_initialized", "cuda_fork_poisoned")),
     (_check_env_configs, ("can_reread_env_configs", "reread_env_configs")),

@@ -132,32 +132,29 @@ def test_a_child_skips_the_interpreter_teardown_once_it_has_reported(
     assert not teardown_mark.exists()
 
 
-def test_a_worker_warms_up_beside_collection(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An xdist worker's first collected test that uses a pytest-aoti fixture starts the warm-up (core.warm_up): by
-    the end of its collection the ISA probes run in the background, and Inductor's compile path is not imported yet.
-    Not in a worker whose tests use no pytest-aoti fixture, nor in the process the user started."""
+def test_a_worker_probes_at_its_first_compile_and_no_earlier(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An xdist worker starts Inductor's ISA probes at its first compile (core.isa_verdicts), not as it collects a
+    test that uses a pytest-aoti fixture: a worker whose packages all come from a cache never pays for them. Its
+    compile then imports the rest of Inductor beside the probes, and none of their warnings (torch's own deprecations
+    as Inductor is imported) lands in the user's warnings summary."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(pytester.path / "xdg"))  # the ISA verdicts it records: not the user's
+    monkeypatch.delenv("PYTEST_AOTI_ISA_RECORD", raising=False)
     pytester.makeconftest(
-        "import pathlib\n\n\ndef pytest_collection_finish(session):\n"
-        "    from pytest_aoti.core import warm_up\n"
+        "import pathlib, sys\n\n\ndef _write(session, when):\n"
+        "    from pytest_aoti.core import isa_verdicts\n"
         "    config = session.config\n"
         "    name = config.workerinput['workerid'] if hasattr(config, 'workerinput') else 'main'\n"
-        "    pathlib.Path(f'warm-{name}.txt').write_text(str(warm_up._thread is not None))\n"
-        "    import sys\n"
-        "    pathlib.Path(f'inductor-{name}.txt').write_text(str('torch._inductor.compile_fx' in sys.modules))\n"
+        "    seen = (isa_verdicts._started, 'torch._inductor.compile_fx' in sys.modules)\n"
+        "    pathlib.Path(f'{when}-{name}.txt').write_text(repr(seen))\n\n\n"
+        "def pytest_collection_finish(session):\n    _write(session, 'collected')\n\n\n"
+        "def pytest_sessionfinish(session):\n    _write(session, 'finished')\n"
     )
-    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-n", "1").assert_outcomes(passed=1)
-    assert (pytester.path / "warm-gw0.txt").read_text() == "False"
-    # The test compiles: Inductor is imported beside the probes and the compile waits for them. None of their
-    # warnings (torch's own deprecations as Inductor is imported) may land in the user's warnings summary.
     pytester.makepyfile(test_aoti=MODEL_TEST)
     pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-n", "1").assert_outcomes(
-        passed=2, warnings=0
+        passed=1, warnings=0
     )
-    assert (pytester.path / "warm-gw0.txt").read_text() == "True"
-    # Inductor's compile path is imported by the first compile, not by collection: a worker that runs no test (the
-    # one xdist starts after a crash on the last test) never pays for it.
-    assert (pytester.path / "inductor-gw0.txt").read_text() == "False"
-    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=2)
-    assert (pytester.path / "warm-main.txt").read_text() == "False"
+    assert (pytester.path / "collected-gw0.txt").read_text() == "(False, False)"
+    assert (pytester.path / "finished-gw0.txt").read_text() == "(True, True)"
+    assert (pytester.path / "finished-main.txt").read_text() == "(False, False)"

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 import time
 import warnings
@@ -28,6 +29,15 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from pytest_aoti.core import isa_verdicts
+from pytest_aoti.core.cache_files import (
+    MARKER_FILE,
+    SIDECAR_LIMIT,
+    AOTICacheWarning,
+    RefusedCacheFile,
+    open_cache_file,
+    read_cache_file,
+    warn_once,
+)
 
 # Re-exported: the key's helpers were here before core.cache_key, and other modules import them from here.
 from pytest_aoti.core.cache_key import KeyParts, key_parts
@@ -35,8 +45,6 @@ from pytest_aoti.core.cache_key import codegen_environment as codegen_environmen
 from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
 from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
 from pytest_aoti.core.cache_key import package_key as package_key
-from pytest_aoti.core.errors import AOTIWarning
-from pytest_aoti.core.isa_verdicts import isa_probe_identity as isa_probe_identity
 
 if TYPE_CHECKING:
     import torch
@@ -45,16 +53,10 @@ if TYPE_CHECKING:
     from pytest_aoti.core.cache_miss import Entry
     from pytest_aoti.core.remote_cache import RemoteSettings, RemoteStore
 
-# Written into a cache dir when pytest-aoti creates (or adopts) it: clearing and eviction happen only where it is.
-MARKER_FILE = ".pytest-aoti-cache"
 _MARKER_TEXT = "This directory is pytest-aoti's package cache: pytest-aoti may delete the entries it wrote here.\n"
 _ENTRY_DIR = re.compile(r"^[0-9a-f]{2}$")
 _PARTIAL = ".partial-"
 _ENTRY_FILE = re.compile(r"^[0-9a-f]{64}\.(pt2|json|lock)$|^\.partial-")
-
-
-class AOTICacheWarning(AOTIWarning):
-    """The package cache cannot be used safely and was turned off."""
 
 
 class _NotFetched(Exception):
@@ -157,18 +159,34 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _intact_entry_seconds(package: Path, sidecar: Path) -> float | None:
+def _intact_package(package: Path, root: Path, size: int, sha256: str) -> bool:
+    """Whether ``package`` is a regular file (reached without a symlink below ``root``) of ``size`` bytes whose
+    checksum is ``sha256``. No more than ``size`` bytes and one are read, whatever the file does meanwhile."""
+    with open_cache_file(package, sys.maxsize, root=root) as stream:
+        if os.fstat(stream.fileno()).st_size != size:
+            return False
+        digest, left = hashlib.sha256(), size + 1
+        while left > 0 and (chunk := stream.read(min(left, 1 << 20))):
+            digest.update(chunk)
+            left -= len(chunk)
+    return left == 1 and digest.hexdigest() == sha256
+
+
+def _intact_entry_seconds(package: Path, sidecar: Path, root: Path) -> float | None:
     """The compile seconds a local entry saves when its package matches its sidecar (size and checksum) and the
     sidecar's fields are of their types (an older version copied a remote manifest's ``-1e308`` into one); None
-    when it does not."""
+    when it does not. A sidecar or package that is not a regular file in ``root`` is refused with one line."""
     from pytest_aoti.core.remote_cache import plausible_seconds
 
     try:
-        record = json.loads(sidecar.read_text())
+        record = json.loads(read_cache_file(sidecar, SIDECAR_LIMIT, root=root))
         size, sha256, seconds = record["size"], record["sha256"], record.get("compile_seconds", 0.0)
         if type(size) is not int or not isinstance(sha256, str) or not plausible_seconds(seconds):
             return None
-        intact = package.stat().st_size == size and _file_sha256(package) == sha256
+        intact = _intact_package(package, root, size, sha256)
+    except RefusedCacheFile as refused:
+        warn_once(refused, "read as a corrupt entry: the package is compiled again")
+        return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return float(seconds) if intact else None
@@ -213,10 +231,7 @@ def clear_cache_dir(root: Path) -> int:
         _warn(f"--aoti-cache-clear: {root} is not a pytest-aoti cache (no {MARKER_FILE} in it); nothing was deleted")
         return 0
     removed = 0
-    # The ISA probes' verdicts go with the packages: the base probe's here, every other probe's (core.isa_verdicts).
-    for verdict in root.glob(_ISA_VERDICT.format("*")):
-        verdict.unlink(missing_ok=True)
-    isa_verdicts.forget(root)
+    isa_verdicts.forget(root)  # the ISA probes' verdicts go with the packages
     for folder in root.iterdir():
         if not (folder.is_dir() and not folder.is_symlink() and _ENTRY_DIR.match(folder.name)):
             continue
@@ -311,8 +326,11 @@ class PackageCache:
             if not _is_entry(sidecar):
                 continue
             try:
-                raw = json.loads(sidecar.read_text())
+                raw = json.loads(read_cache_file(sidecar, SIDECAR_LIMIT, root=self.root))
                 mtime = sidecar.stat().st_mtime
+            except RefusedCacheFile as refused:
+                warn_once(refused, "not compared with")
+                continue
             except (OSError, ValueError, RecursionError):
                 continue
             record = valid_record(raw.get("parts")) if isinstance(raw, dict) else None
@@ -344,24 +362,27 @@ class PackageCache:
             if lock is not None:
                 lock.release()
 
-    def lookup(self, key: str, parts: KeyParts | None = None) -> Path | None:
+    def lookup(self, key: str, parts: KeyParts | None = None, *, count_miss: bool = True) -> Path | None:
         """The package of ``key`` from this dir, else from the remote cache (kept here, with ``parts``, the parts of
-        ``key``), else None: a miss."""
+        ``key``), else None: a miss (counted, unless the caller looks under another key next: :meth:`count_miss`)."""
         package = self._local(key)
         if package is None and self.remote is not None:
             package = self._fetch(key, parts)
-        if package is None:
-            self.stats.misses += 1
+        if package is None and count_miss:
+            self.count_miss()
         return package
+
+    def count_miss(self) -> None:
+        self.stats.misses += 1
 
     def _local(self, key: str) -> Path | None:
         package, sidecar = self._paths(key)
-        if not package.exists() or not sidecar.exists():
+        if not os.path.lexists(package) or not os.path.lexists(sidecar):
             return None
-        seconds = _intact_entry_seconds(package, sidecar)
+        seconds = _intact_entry_seconds(package, sidecar, self.root)
         if seconds is None:
             self.stats.corrupt += 1
-            package.unlink(missing_ok=True)
+            package.unlink(missing_ok=True)  # a symlink goes, never what it points to
             sidecar.unlink(missing_ok=True)
             return None
         os.utime(package)  # least-recently-used eviction goes by mtime
@@ -490,45 +511,6 @@ class PackageCache:
             total -= size
             oldest.unlink(missing_ok=True)
             oldest.with_suffix(".json").unlink(missing_ok=True)
-
-
-# Inductor's CPU vector-ISA probe (one Python per candidate ISA, each importing torch: ~35 s of a fresh process's first
-# compile on the H100 machine) gives the same answer for the same CPU, torch and C++ compiler: its verdict is kept
-# here, and later processes on the machine skip the probe (``TORCHINDUCTOR_VEC_ISA_OK=1``, which changes no key).
-_ISA_VERDICT = "isa-probe-{}.json"
-
-
-def _isa_verdict_path(root: Path) -> Path:
-    return root / _ISA_VERDICT.format(isa_probe_identity()[:32])
-
-
-def isa_probe_recorded(root: Path) -> bool:
-    """Whether a process on this machine (same CPU, torch, compiler) recorded in ``root`` that every candidate ISA
-    passed Inductor's probe."""
-    try:
-        return json.loads(_isa_verdict_path(root).read_text()).get("every_isa_passed") is True
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def record_isa_probe(root: Path) -> bool:
-    """Record in ``root`` that this process ran Inductor's probe and every ISA the CPU advertises passed it (nothing
-    when it did not probe, or one failed). True when recorded. The caller makes sure this process really probed
-    (``TORCHINDUCTOR_VEC_ISA_OK`` was not set for it)."""
-    import sys
-
-    if "torch" not in sys.modules or not is_marked(root):  # no torch, no compile, no probe: nothing to import
-        return False
-    from pytest_aoti.core.torch_private import vector_isa_probe_passed
-
-    if not vector_isa_probe_passed():
-        return False
-    target = _isa_verdict_path(root)
-    try:
-        PackageCache._install(target, lambda tmp: Path(tmp).write_text(json.dumps({"every_isa_passed": True})))
-    except OSError:
-        return False  # a read-only or full cache dir: the next process probes again
-    return True
 
 
 def _reclaim_partials(root: Path) -> None:

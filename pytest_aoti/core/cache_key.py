@@ -18,6 +18,7 @@ Two things every part avoids:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -95,6 +96,14 @@ class KeyParts:
             "config": dict(self.config),
             "env": dict(self.env),
         }
+
+    def for_isa(self, picked: str) -> KeyParts:
+        """These parts for a CPU package built for ``picked``, the lesser ISA Inductor picks where one of its probes
+        failed (``core.isa_verdicts``): a key of its own, so such a package never answers for the ISA a full probe
+        picks. A package of a full probe keeps the device part alone: the same machine keeps its keys."""
+        device = f"{self.shown['device']} isa={picked}"
+        digests, shown = {**self.digests, "device": _sha256(device)}, {**self.shown, "device": device}
+        return dataclasses.replace(self, digests=digests, shown=shown)
 
 
 def _sha256(text: str) -> str:

@@ -493,16 +493,13 @@ def _build_package(
     package_dir.mkdir(parents=True, exist_ok=True)
     package_path = package_dir / f"{stem}-{uuid.uuid4().hex[:8]}.pt2"
     phases.mark("compile", str(package_path))
-    from pytest_aoti.core import isa_verdicts, torch_private, warm_up
+    from pytest_aoti.core import isa_verdicts
 
-    with torch_internal_deprecations_silenced():  # beside a warm-up's probes, which this compile then waits for
-        torch_private.import_what_compiles_import()
-    warm_up.wait()
     started = time.perf_counter()
     try:
-        # Where no warm-up ran them (a plain session), the ISA probes: answered from the record, else run side by
-        # side and recorded at once, for the processes that start before this one ends. Counted as compile time.
-        isa_verdicts.probe()
+        # The ISA probes (answered from the record, else run beside the import of Inductor's compile path, and
+        # recorded at once), where the lookup before has not run them: counted as compile time.
+        isa_verdicts.ready_for_compile()
         with torch_internal_deprecations_silenced():
             torch._inductor.aoti_compile_and_package(exported, package_path=str(package_path), inductor_configs=configs)
     except Exception as error:
@@ -605,14 +602,49 @@ def _built_or_cached(
     missed the cache (None for a hit, or without a cache)."""
     if cache is None or parts is None:
         return (*_build_package(exported, configs, package_dir, stem), False, None)
-    key = parts.key
-    with cache.locked(key):
-        cached = cache.lookup(key, parts)
+    with cache.locked(parts.key):
+        cached = cache.lookup(parts.key, parts, count_miss=False)
         if cached is not None:
             return cached, 0.0, True, None
-        cache_miss = cache.explain_miss(parts)
-        built, compile_seconds = _build_package(exported, configs, package_dir, stem)
-        return cache.store(key, built, compile_seconds, parts), compile_seconds, False, cache_miss
+        # A miss: a compile comes, and with it Inductor's ISA probes. Run here, before the compile, they say which
+        # ISA it will build for: where one failed, a lesser one, whose packages have a key of their own.
+        picked = _picked_isa(parts)
+        if picked is None:
+            return _compiled_into(cache, parts, exported, configs, package_dir, stem)
+        lesser = parts.for_isa(picked)
+        with cache.locked(lesser.key):
+            cached = cache.lookup(lesser.key, lesser, count_miss=False)
+            if cached is not None:
+                return cached, 0.0, True, None
+            return _compiled_into(cache, lesser, exported, configs, package_dir, stem)
+
+
+def _picked_isa(parts: KeyParts) -> str | None:
+    """The ISA the CPU package of ``parts`` will be built for, where one of Inductor's probes failed in this
+    process (``core.isa_verdicts``); None where every probe passed, or for a GPU package."""
+    from pytest_aoti.core import isa_verdicts
+
+    try:
+        isa = isa_verdicts.ready_for_compile()
+    except Exception:  # the compile meets it again, and reports it as a compile error
+        return None
+    cpu = parts.shown.get("device", "").startswith("cpu")
+    return isa.isa if cpu and isa.degraded else None
+
+
+def _compiled_into(
+    cache: PackageCache,
+    parts: KeyParts,
+    exported: ExportedProgram,
+    configs: dict[str, Any],
+    package_dir: Path,
+    stem: str,
+) -> tuple[Path, float, bool, str | None]:
+    """Compile the package of ``parts`` and store it in ``cache``: a miss, counted and explained."""
+    cache.count_miss()
+    cache_miss = cache.explain_miss(parts)
+    built, compile_seconds = _build_package(exported, configs, package_dir, stem)
+    return cache.store(parts.key, built, compile_seconds, parts), compile_seconds, False, cache_miss
 
 
 def weights_outside_the_package(configs: dict[str, Any]) -> bool:

@@ -9,8 +9,12 @@ cached run loads packages without importing Inductor at all.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -50,13 +54,13 @@ __all__ = [
     "memoize_isa_checks",
     "package_loader",
     "package_metadata",
+    "picked_vec_isa",
     "probe_side_by_side",
     "reread_env_configs",
     "run_vector_isa_probes",
     "tree_map_with_path",
     "triton_kernel_side_table",
     "triton_kernels_for_op",
-    "vector_isa_probe_passed",
 ]
 
 
@@ -149,28 +153,6 @@ def inductor_config_defaults() -> dict[str, Any]:
     if copy is None:
         raise MissingTorchAPI("torch._inductor.config.get_config_copy", torch.__version__)
     return dict(copy())
-
-
-def vector_isa_probe_passed() -> bool:
-    """Whether this process has run Inductor's CPU vector-ISA probe already and every ISA the CPU advertises passed
-    it. A child told ``TORCHINDUCTOR_VEC_ISA_OK=1`` then picks the same ISA without probing again: in torch 2.11 the
-    probe starts one Python per ISA that imports torch, ~44 s of each fresh process's first compile on the H100
-    machine (docs/benchmarks.md). x86 only: elsewhere nothing is probed."""
-    import platform
-    import sys
-
-    module = sys.modules.get("torch._inductor.cpu_vec_isa")
-    if module is None or platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        listing = module.valid_vec_isa_list
-        if listing.cache_info().currsize == 0:  # not probed in this process
-            return False
-        flags = module.x86_isa_checker()
-        advertised = [isa for isa in module.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
-        return bool(advertised) and [str(isa) for isa in listing()] == [str(isa) for isa in advertised]
-    except Exception:  # another torch's layout: probe again in the child
-        return False
 
 
 def cpp_compiler() -> str:
@@ -407,13 +389,27 @@ def reread_env_configs(changed: set[str]) -> list[str]:
     return reread
 
 
-def memoize_isa_checks(recorded: dict[str, bool]) -> dict[str, bool] | None:
-    """Make Inductor's ISA probe builds (``VecISA.check_build``: the base probe and the avx512-bf16, avx512-vnni,
-    AMX and AMX-fp16 ones) answer from ``recorded`` where it holds the same check, and add each new answer to it.
-    Returns the dict the answers go to, or None where this torch has no such hook (it then probes as before). A
-    check is named by the ISA, its build flags and the probe's code, so a changed probe is probed afresh."""
-    import hashlib
+@dataclass
+class IsaCheckMemo:
+    """What Inductor's ISA probe builds answered in this process, each check by its key (the ISA, its build flags
+    and the probe's code, hashed): ``answers`` are the verdicts (a recorded pass, or a probe's), ``labels`` name each
+    check probed here, ``failures`` say why each one that failed here failed."""
 
+    answers: dict[str, bool]
+    labels: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+_probe_load_seen = threading.local()
+_CHECK_KERNEL = re.compile(r'extern "C" [^(]*?(\w+)\(')
+
+
+def memoize_isa_checks(passed: set[str]) -> IsaCheckMemo | None:
+    """Make Inductor's ISA probe builds (``VecISA.check_build``: the base probe and the avx512-bf16, avx512-vnni,
+    AMX and AMX-fp16 ones) answer True where ``passed`` holds the same check, probe the others (a failure is never
+    an answer: it is probed again), and note each verdict and why a check failed. Returns the memo the answers go
+    to, or None where this torch has no such hook (it then probes as before). A check is named by the ISA, its build
+    flags and the probe's code, so a changed probe is probed afresh."""
     try:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
@@ -421,21 +417,61 @@ def memoize_isa_checks(recorded: dict[str, bool]) -> dict[str, bool] | None:
     original = getattr(VecISA, "check_build", None)
     if original is None:
         return None
-    if getattr(original, "_pytest_aoti_memo", None) is not None:
-        memo: dict[str, bool] = original._pytest_aoti_memo
-        memo.update(recorded)
-        return memo
-    memo = recorded
+    known: IsaCheckMemo | None = getattr(original, "_pytest_aoti_memo", None)
+    if known is not None:
+        known.answers.update(dict.fromkeys(passed, True))
+        return known
+    memo = IsaCheckMemo(dict.fromkeys(passed, True))
+    _observe_probe_loads(VecISA)
 
     def check_build(self: Any, code: str) -> bool:
-        key = hashlib.sha256(f"{self}\0{self.build_arch_flags()}\0{code}".encode()).hexdigest()[:32]
-        if key not in memo:
-            memo[key] = bool(original(self, code))
-        return memo[key]
+        flags = self.build_arch_flags()
+        key = hashlib.sha256(f"{self}\0{flags}\0{code}".encode()).hexdigest()[:32]
+        if memo.answers.get(key) is not True:
+            _probe_load_seen.loaded = None
+            verdict = bool(original(self, code))
+            kernel = _CHECK_KERNEL.search(code)
+            memo.labels[key] = f"{self} [{flags}] {kernel.group(1) if kernel else 'probe'}"
+            memo.answers[key] = verdict
+            if verdict:
+                memo.failures.pop(key, None)
+            else:
+                memo.failures[key] = _why_the_check_failed(getattr(_probe_load_seen, "loaded", None))
+        return memo.answers[key]
 
     check_build._pytest_aoti_memo = memo  # type: ignore[attr-defined]
     VecISA.check_build = check_build  # type: ignore[method-assign]
     return memo
+
+
+def _observe_probe_loads(vec_isa: Any) -> None:
+    """Note whether a probe's built library was loaded (``VecISA._probe_load``, torch >= 2.12), to say why a check
+    failed: its build, or loading what it built."""
+    load = getattr(vec_isa, "_probe_load", None)
+    if load is None:
+        return
+
+    def probe_load(self: Any, output_path: str) -> bool:
+        loaded = bool(load(self, output_path))
+        _probe_load_seen.loaded = loaded
+        return loaded
+
+    vec_isa._probe_load = probe_load
+
+
+def _why_the_check_failed(loaded: bool | None) -> str:
+    if loaded is False:
+        return "its test library was built but did not load in a fresh Python (a failed or timed-out dlopen)"
+    return "its test program did not build (the compiler failed, was killed, or could not write its output)"
+
+
+def picked_vec_isa() -> str:
+    """The vector ISA Inductor picks for CPU code in this process, with the flags it builds with
+    (``avx512 avx512_vnni [-mavx512f ... -mavx512vnni]``); ``none`` for scalar code."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    isa = pick_vec_isa()
+    return f"{isa} [{isa.build_arch_flags()}]" if isa else "none"
 
 
 # Deprecation warnings torch's compile raises from its own code (torch.utils.mkldnn's import, Inductor's deepcopy of

@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 
 from pytest_aoti.cache.options import CACHE_SECRET_ENV
-from pytest_aoti.core import processes
+from pytest_aoti.core import isa_verdicts, processes
 from pytest_aoti.core.devices import assigned_device, workerid
+from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
 from pytest_aoti.core.machine import inductor_cache_dir
 from pytest_aoti.core.processes import signal_group, signal_name
 from pytest_aoti.core.protocol import (
@@ -55,9 +56,7 @@ from pytest_aoti.settings import settings_key
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
 _DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
-# Skips Inductor's CPU vector-ISA probe in a child whose parent ran it and saw every ISA pass (same ISA picked).
-VEC_ISA_OK_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
-_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", VEC_ISA_OK_ENV, CACHE_SECRET_ENV)
+_UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", ISA_RECORD_ENV, CACHE_SECRET_ENV)
 _KILL_GRACE_SECONDS = 10.0
 # Under -s an isolated child's log holds its whole pytest session (header, collection, summary). The child frames what
 # each phase of the test writes (setup, call, teardown) between these, and the parent shows only that, as pytest -s
@@ -206,15 +205,11 @@ def _isolating_overrides(config: pytest.Config, workdir: Path, stem: str) -> lis
     return overrides
 
 
-def _inherited_isa_probe() -> dict[str, str]:
-    """``TORCHINDUCTOR_VEC_ISA_OK=1`` when this process's own compile probed the CPU's vector ISAs and all passed:
-    the child picks the same ISA without the probe (``torch_private.vector_isa_probe_passed``). Nothing is imported
-    to learn it: a process that compiled nothing has not probed."""
-    if VEC_ISA_OK_ENV in os.environ or "torch" not in sys.modules:  # no torch, no compile, no probe
-        return {}
-    from pytest_aoti.core.torch_private import vector_isa_probe_passed
-
-    return {VEC_ISA_OK_ENV: "1"} if vector_isa_probe_passed() else {}
+def _isa_record_for(workdir: Path) -> dict[str, str]:
+    """Where a child finds the ISA probes' verdicts (``core.isa_verdicts``): the session's record, inherited; where
+    the cache is off, this process's verdicts in a record of the child's own. A process that compiled nothing has
+    not probed: nothing to hand on."""
+    return isa_verdicts.env_for_child(workdir)
 
 
 def private_tmpdir(workdir: Path) -> Path:
@@ -377,7 +372,7 @@ def start_child(
         **({TEST_PATH_ENV: str(test_path)} if test_path is not None else {}),
         REPORT_FILE_ENV: str(report_path),
         "TMPDIR": str(tmpdir),
-        **_inherited_isa_probe(),
+        **_isa_record_for(workdir),
         **env,
     }
     setup = _ChildSetup(

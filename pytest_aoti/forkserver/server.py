@@ -45,10 +45,11 @@ def warm_up() -> None:
     import pytest  # noqa: F401  (the child runs it)
     import torch.export  # noqa: F401
 
-    from pytest_aoti.core import isa_verdicts, torch_private
+    from pytest_aoti.core import isa_verdicts
 
-    torch_private.import_what_compiles_import()
-    isa_verdicts.probe()  # a probe this machine recorded is not run again; what it runs is recorded for the rest
+    # What a compile does first (core.isa_verdicts): Inductor's compile path imported, and its ISA probes answered
+    # from the machine's record or run (and recorded for the rest).
+    isa_verdicts.ready_for_compile()
 
 
 def unsafe_reason() -> str | None:

@@ -16,8 +16,8 @@ from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 import pytest_aoti
 from pytest_aoti.core import machine
-from pytest_aoti.core.cache import isa_probe_identity
 from pytest_aoti.core.cache_key import key_parts
+from pytest_aoti.core.isa_verdicts import isa_probe_identity
 from pytest_aoti.core.torch_private import cpp_compiler
 from pytest_aoti.debug import bundle
 from pytest_aoti.shared.environment import environment

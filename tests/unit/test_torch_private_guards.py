@@ -88,12 +88,3 @@ def test_a_missing_config_copy_is_named_when_configs_are_checked(monkeypatch: py
     with pytest.raises(MissingTorchAPI) as raised:
         validate_inductor_configs({"max_autotune": False})
     _names_symbol_and_version(str(raised.value), "torch._inductor.config.get_config_copy")
-
-
-def test_a_vector_isa_probe_of_another_layout_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without Inductor's probe list a child is not told to skip the probe (``TORCHINDUCTOR_VEC_ISA_OK``): it
-    probes, as it would without pytest-aoti."""
-    import torch._inductor.cpu_vec_isa as cpu_vec_isa
-
-    monkeypatch.delattr(cpu_vec_isa, "valid_vec_isa_list")
-    assert torch_private.vector_isa_probe_passed() is False
