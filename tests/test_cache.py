@@ -59,11 +59,10 @@ def test_config_change_gives_a_new_key() -> None:
     assert package_key(ep, {}, CPU) != package_key(ep, {"max_autotune": True}, CPU)
 
 
-@pytest.mark.parametrize(
-    "variable",
-    ["AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", "TORCHINDUCTOR_NAN_ASSERTS", "AOTI_RUNTIME_CHECK_INPUTS"],
-)
-def test_debug_env_change_gives_a_new_key(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+@pytest.mark.parametrize("variable", ["TORCHINDUCTOR_DEBUG_COMPILE", "TORCHINDUCTOR_DEBUG_SYMBOL"])
+def test_a_build_env_change_gives_a_new_key(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """Read by Inductor when it builds, not through its config (which the debug stages' variables go through:
+    tests/test_cache_key_env.py)."""
     ep = _export(_seeded())
     before = package_key(ep, {}, CPU)
     monkeypatch.setenv(variable, "1")
@@ -450,8 +449,19 @@ def test_config(aoti_compile):
 
 def test_env(aoti_compile, monkeypatch):
     if CHANGED:
-        monkeypatch.setenv("TORCHINDUCTOR_PYTEST_AOTI_PROBE", "1")
+        monkeypatch.setenv("TORCHINDUCTOR_DEBUG_SYMBOL", "1")
     aoti_compile(*_model())
+
+
+def test_activation(aoti_compile):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Sigmoid() if CHANGED else torch.nn.ReLU())
+    aoti_compile(model, (torch.randn(2, 4),))
+
+
+def test_shape(aoti_compile):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU())
+    aoti_compile(model, (torch.randn(5 if CHANGED else 2, 4),))
 """
 
 
@@ -460,28 +470,32 @@ def test_a_miss_names_what_differs_from_the_tests_nearest_entry(
 ) -> None:
     """Issue 52, item 3: a changed weight, Inductor config and codegen env var each give a miss that names it, in
     the summary under -v, in the test's JUnit properties and on the --aoti-html page. A test without an entry of its
-    own is compared with another test's entry of the same graph."""
+    own is compared with another test's entry of the same graph. Issue 62, item 11: relu -> sigmoid says the graph
+    differs, not the signature (the model takes and returns the same); a changed shape names the input. Issue 63,
+    item 4: a cold run's misses, which have no earlier entry to compare with, are counted, not named."""
     pytester.makepyfile(test_miss=MISS_TESTS)
     cache = tmp_path / "cache"
-    first = run_pytest("-p", "no:logging", cache=cache)
-    first.assert_outcomes(passed=3)
-    first.stdout.fnmatch_lines(["aoti cache: 2 hits, 1 misses, *"])
-    assert " missed" not in first.stdout.str()  # named under -v only
+    first = run_pytest("-p", "no:logging", "-v", cache=cache)
+    first.assert_outcomes(passed=5)
+    first.stdout.fnmatch_lines(["aoti cache: 2 hits, 3 misses, *, 3 of them new (no earlier entry)"])
+    assert " missed" not in first.stdout.str()
 
     monkeypatch.setenv("CHANGE_THE_MODEL", "1")
     second = run_pytest("-p", "no:logging", "-v", "--junitxml=r.xml", "--aoti-html=page.html", cache=cache)
-    second.assert_outcomes(passed=3)
+    second.assert_outcomes(passed=5)
     weight = "test_miss.py::test_weight missed: the graph is the same, the weights differ (1 tensor: 0.weight)"
     nearest = "(nearest: an entry of test_miss.py::test_weight): the graph is the same"
     second.stdout.fnmatch_lines(
         [
-            "aoti cache: 0 hits, 3 misses, *",
+            "aoti cache: 0 hits, 5 misses, *",
             f"aoti cache: {weight}",
             f"aoti cache: test_miss.py::test_config missed {nearest}, Inductor config 'size_asserts' True → False",
-            f"aoti cache: test_miss.py::test_env missed {nearest}, codegen env "
-            "'TORCHINDUCTOR_PYTEST_AOTI_PROBE' unset → 1",
+            f"aoti cache: test_miss.py::test_env missed {nearest}, codegen env 'TORCHINDUCTOR_DEBUG_SYMBOL' unset → 1",
+            "aoti cache: test_miss.py::test_activation missed: the graph differs",
+            "aoti cache: test_miss.py::test_shape missed: input 'input' shape (2, 4) → (5, 4)",
         ]
     )
+    assert "of them new" not in second.stdout.str()
     cases = junit_cases(pytester.path / "r.xml")
     assert cases["test_weight"]["properties"]["aoti_cache_miss"] == weight  # type: ignore[index]
     page = (pytester.path / "page.html").read_text()

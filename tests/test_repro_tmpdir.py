@@ -14,17 +14,21 @@ from tests.conftest import left_behind
 
 
 @pytest.fixture(scope="module")
-def crashing_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bundle as the debug child writes it, of a real package whose custom op segfaults on these inputs."""
+def crashing_bundle(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Path:
+    """A bundle as the debug child writes it, of a real package whose custom op segfaults on these inputs. The
+    package comes from the suite's shared cache: the crash scenarios compile the same model on the same inputs."""
     import torch
 
+    from pytest_aoti.core.cache import PackageCache
+    from pytest_aoti.core.compiler import compile_model
     from tests import aoti_models
 
     bundle = tmp_path_factory.mktemp("crashing-bundle")
-    program = torch.export.export(aoti_models.Crashy(), (torch.randn(4, 3),))
-    package = torch._inductor.aoti_compile_and_package(program, package_path=str(bundle / "built.pt2"))
+    cache = PackageCache.open(shared_cache, max_bytes=1 << 31)
+    compiled = compile_model(aoti_models.Crashy(), (torch.randn(4, 3),), package_dir=bundle / "built", cache=cache)
     module, root = import_root(aoti_models.__name__, Path(aoti_models.__file__))
-    write_program(bundle, program, Path(package), {}, [{"module": module, "path": str(root)}])
+    imports = [{"module": module, "path": str(root)}]
+    write_program(bundle, compiled.exported_program, compiled.package_path, {}, imports)
     write_inputs(bundle, (torch.full((4, 3), 1000.0),), {})
     return bundle
 

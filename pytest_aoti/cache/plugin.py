@@ -3,7 +3,8 @@ missed (under ``-v``), and Inductor's CPU vector-ISA probe, paid once per machin
 
 Each miss is named under ``-v``, below the ``aoti`` section's cache line, with what differs from the test's nearest
 entry (``core.cache_miss``); the test's JUnit properties hold it too (``aoti_cache_miss``), and ``--aoti-html`` shows
-it with the test's other properties.
+it with the test's other properties. A miss with no earlier entry to compare with (each compile of a cold run) is
+only counted, in the cache line.
 
 Inductor's ISA probes (one build and one Python per candidate ISA) run before a fresh process's first compile: ~35 s
 on the H100 machine, in each xdist worker and debug child. Their verdicts depend only on the CPU, torch and the C++

@@ -79,6 +79,7 @@ class CacheStats:
     # read-only (the header says so too, but -q hides the header).
     remote_state: str = ""
     missed: list[str] = field(default_factory=list)  # each miss: "<test> missed: <what differs>" (core.cache_miss)
+    misses_without_entry: int = 0  # misses with no earlier entry to compare with: counted, not named
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (xdist sends them from each worker to the controller)."""
@@ -98,7 +99,16 @@ def cache_summary(stats: list[dict[str, Any]]) -> str:
     state when it is not used or not the usual (signed, read-write)."""
     total = {
         key: sum(s.get(key, 0) for s in stats)
-        for key in ("hits", "misses", "compile_seconds", "saved_seconds", "corrupt", "remote_hits", "uploaded")
+        for key in (
+            "hits",
+            "misses",
+            "compile_seconds",
+            "saved_seconds",
+            "corrupt",
+            "remote_hits",
+            "uploaded",
+            "misses_without_entry",
+        )
     }
     remote = any(s.get("remote_in_use") for s in stats)
     hits = f"{int(total['hits'])} hits" + (f" ({int(total['remote_hits'])} remote)" if remote else "")
@@ -106,6 +116,8 @@ def cache_summary(stats: list[dict[str, Any]]) -> str:
         f"aoti cache: {hits}, {int(total['misses'])} misses, "
         f"{total['compile_seconds']:.1f} s compiling, {total['saved_seconds']:.1f} s saved"
     )
+    if total["misses_without_entry"]:
+        line += f", {int(total['misses_without_entry'])} of them new (no earlier entry)"
     if total["uploaded"]:
         line += f", {int(total['uploaded'])} uploaded"
     if total["corrupt"]:
@@ -309,13 +321,17 @@ class PackageCache:
         finally:
             self.owner = before
 
-    def explain_miss(self, parts: KeyParts) -> str:
+    def explain_miss(self, parts: KeyParts) -> str | None:
         """Why ``parts`` missed (``<test> missed: <what differs from the nearest entry>``, :mod:`core.cache_miss`),
-        also kept for the summary."""
+        also kept for the summary; None where no entry was there to compare with, only counted (a cold run's every
+        compile: a line each would say nothing)."""
         from pytest_aoti.core.cache_miss import miss_line
 
         line = miss_line(self.owner, parts.record(), self._entries_with_parts())
-        self.stats.missed.append(line)
+        if line is None:
+            self.stats.misses_without_entry += 1
+        else:
+            self.stats.missed.append(line)
         return line
 
     def _entries_with_parts(self) -> Iterator[Entry]:

@@ -24,23 +24,29 @@ import inspect
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_aoti.core.machine import machine_identity
+from pytest_aoti.core.remote_cache import mask_urls
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-# Environment variables read at codegen time; a debug rerun sets several of them.
-_CODEGEN_ENV_PREFIXES = ("TORCHINDUCTOR_", "AOT_INDUCTOR_", "AOTI_", "INDUCTOR_", "TORCH_COMPILE_")
-_CODEGEN_ENV_NAMES = ("DUMP_AOTI_MINIFIER", "CXX", "CC", "CUDA_HOME")
-# Where caches live changes no artifact (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself on first use).
-_NOT_CODEGEN_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-# Skipping the CPU vector-ISA probe (a debug child whose parent saw every ISA pass it) picks the same ISA: no
-# artifact changes. Turning vectorization off ("0") does change them, and stays in the key.
-_SKIPPED_PROBE = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# The environment variables Inductor reads outside its config when it compiles and builds a package (torch 2.11 to
+# 2.13, ``torch/_inductor``): each changes the artifact. An allow-list, not a prefix: ``TORCHINDUCTOR_REDIS_URL``
+# (Inductor's own remote cache, its password in it) and the other cache, log and debug-output settings change no
+# artifact, and a value in the key is kept in every entry's sidecar and named by its misses. The variables Inductor's
+# config reads (``TORCHINDUCTOR_MAX_AUTOTUNE``, the debug stages' ``TORCHINDUCTOR_NAN_ASSERTS`` and
+# ``AOT_INDUCTOR_*``) are keyed as the config values they become (``inductor_config``), and ``$CXX`` as the
+# compiler it names (``compiler``).
+CODEGEN_ENV_NAMES = (
+    "TORCHINDUCTOR_DEBUG_COMPILE",  # cpp_builder: -O0 and debug symbols
+    "TORCHINDUCTOR_DEBUG_SYMBOL",  # cpp_builder: debug symbols
+    "CUDA_HOME",  # the CUDA toolkit a GPU package's wrapper builds against
+    "CUDACXX",  # the nvcc that builds CUDA (CUTLASS) templates
+)
 
 # The parts of a key, in the order they are hashed. "gpus" is empty unless the graph pins the GPU indices it names.
 KEY_PARTS = (
@@ -59,6 +65,11 @@ KEY_PARTS = (
 )
 # The parts a miss names by their value (short texts); the others by what they hold, or as "differs".
 SHOWN_PARTS = ("torch", "device", "gpus", "compiler")
+# What a miss tells apart within a part, kept beside an entry but not hashed into its key: the graph's ops without
+# the values' shapes, strides and dtypes ("graph_ops": a graph that differs in these alone differs in its inputs'),
+# and the signature without the node names the graph holds too ("interface": relu -> sigmoid renames the output,
+# yet the model takes and returns the same).
+FACETS = ("graph_ops", "interface")
 DIGEST_CHARS = 16  # a part's or a weight's digest as an entry keeps it
 
 # ``cuda:0`` and ``device(type='cuda', index=0)``: how the graph's text names a GPU.
@@ -76,6 +87,10 @@ class KeyParts:
     weights: dict[str, str]  # each weight and constant by name: its digest (DIGEST_CHARS hex digits)
     config: dict[str, str]  # Inductor's config as the compile sees it (inductor_configs over the global one), as reprs
     env: dict[str, str]  # the codegen environment
+    # Not in the key; what a miss says more precisely with. Each user input by name: "<dtype> <shape>".
+    inputs: dict[str, str] = field(default_factory=dict)
+    # Digests of what some parts hold, less what another part holds too (FACETS).
+    facets: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -95,6 +110,8 @@ class KeyParts:
             "weights": dict(self.weights),
             "config": dict(self.config),
             "env": dict(self.env),
+            "inputs": dict(self.inputs),
+            "facets": dict(self.facets),
         }
 
     def for_isa(self, picked: str) -> KeyParts:
@@ -126,13 +143,9 @@ def device_identity(device: torch.device) -> str:
 
 
 def codegen_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, str]:
-    return {
-        name: value
-        for name, value in sorted(environ.items())
-        if (name.startswith(_CODEGEN_ENV_PREFIXES) or name in _CODEGEN_ENV_NAMES)
-        and name not in _NOT_CODEGEN_ENV
-        and (name, value) != _SKIPPED_PROBE
-    }
+    """The :data:`CODEGEN_ENV_NAMES` that are set, any URL in a value masked (:func:`mask_urls`): none of them holds
+    a credential, and if one ever did, a rotated password must neither show nor change the key."""
+    return {name: mask_urls(environ[name]) for name in sorted(CODEGEN_ENV_NAMES) if name in environ}
 
 
 def _value_text(value: Any) -> str:
@@ -161,8 +174,44 @@ def graph_text(ep: ExportedProgram) -> str:
             continue
         if name:
             lines.append(f"subgraph {name}:")
-        lines += [f"{node.format_node()} :: {_value_text(node.meta.get('val'))}" for node in graph.nodes]
+        lines += [f"{node.format_node()}{_VALUE_MARK}{_value_text(node.meta.get('val'))}" for node in graph.nodes]
     return without_addresses("\n".join(lines))
+
+
+_VALUE_MARK = " :: "  # between a node of graph_text and its value's metadata
+
+
+def graph_ops_text(graph: str) -> str:
+    """:func:`graph_text` without each value's shape, strides, dtype and device: the ops and their arguments."""
+    return "\n".join(line.rsplit(_VALUE_MARK, 1)[0] for line in graph.splitlines())
+
+
+def interface_text(ep: ExportedProgram) -> str:
+    """The signature without the node names (the graph holds those): each input's and output's kind and target, and
+    the inputs' and outputs' structure."""
+    specs = [
+        f"{spec.kind.name} {spec.target} {getattr(spec, 'persistent', None)}"
+        for spec in (*ep.graph_signature.input_specs, *ep.graph_signature.output_specs)
+    ]
+    return "\n".join([*specs, str(ep.call_spec.in_spec), str(ep.call_spec.out_spec)])
+
+
+def user_inputs(ep: ExportedProgram) -> dict[str, str]:
+    """Each user input by its name in the graph: ``<dtype> <shape>`` of a tensor, else its type."""
+    import torch
+
+    values = {node.name: node.meta.get("val") for node in ep.graph.nodes if node.op == "placeholder"}
+    inputs: dict[str, str] = {}
+    for spec in ep.graph_signature.input_specs:
+        name = getattr(spec.arg, "name", None)
+        if spec.kind.name != "USER_INPUT" or not isinstance(name, str):
+            continue
+        value = values.get(name)
+        if isinstance(value, torch.Tensor):
+            inputs[name] = f"{value.dtype} {tuple(value.shape)}"
+        else:
+            inputs[name] = repr(value) if isinstance(value, int | float | bool | type(None)) else type(value).__name__
+    return inputs
 
 
 def _triton_kernel_text(kernel: Any) -> str:
@@ -252,7 +301,9 @@ def inductor_config_values() -> dict[str, str]:
 
     snapshot = inductor_config_snapshot()
     snapshot = {k: v for k, v in snapshot.items() if k not in _CONFIG_WRITTEN_BY_COMPILES}
-    if snapshot.get("cpp.vec_isa_ok") is True:  # the probe skipped (see _SKIPPED_PROBE)
+    # TORCHINDUCTOR_VEC_ISA_OK=1 skips the CPU vector-ISA probe (a session that found every ISA passing before):
+    # the same ISA is picked, no artifact changes. Vectorization turned off (False) does change them: kept.
+    if snapshot.get("cpp.vec_isa_ok") is True:
         snapshot["cpp.vec_isa_ok"] = None
     return {key: without_addresses(repr(value)) for key, value in sorted(snapshot.items())}
 
@@ -390,6 +441,11 @@ def key_parts(ep: ExportedProgram, inductor_configs: dict[str, Any], device: tor
         weights={name: digest[:DIGEST_CHARS] for name, digest in weights.items()},
         config={**config, **_flat_configs(inductor_configs)},
         env=env,
+        inputs=user_inputs(ep),
+        facets={
+            "graph_ops": _sha256(graph_ops_text(graph))[:DIGEST_CHARS],
+            "interface": _sha256(interface_text(ep))[:DIGEST_CHARS],
+        },
     )
 
 

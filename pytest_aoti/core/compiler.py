@@ -279,7 +279,8 @@ class CompiledModel:
     accepted_by_float64: list[str] = field(default_factory=list, repr=False)
     # Outputs whose dtype aoti_check holds to eager's, where the exported program's metadata said another.
     eager_over_metadata: list[str] = field(default_factory=list, repr=False)
-    # Why the package missed the cache (core.cache_miss: what differs from the test's nearest entry); None on a hit.
+    # Why the package missed the cache (core.cache_miss: what differs from the test's nearest entry); None on a hit
+    # and on a miss with no entry to compare with.
     cache_miss: str | None = field(default=None, repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -108,6 +108,24 @@ def mask_url_argument(argument: str) -> str:
     return match.group(1) + mask_url(match.group(2)) if match else argument
 
 
+def mask_urls(text: str) -> str:
+    """``text`` with every URL in it masked by :func:`mask_url`."""
+    return _URL_IN_TEXT.sub(lambda url: mask_url(url.group()), text)
+
+
+# A variable named as a holder of a secret: ``*_TOKEN``, ``*PASSWORD*``, ``*_SECRET``, ``*_API_KEY``, ``*_AUTH*``.
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|_)(?:pass(?:word|wd)?|token|secret|credentials?|auth(?:entication|orization)?|api_?key|private_?key)"
+    r"(?:_|$)"
+)
+
+
+def may_hold_secret(name: str, value: str) -> bool:
+    """Whether an environment variable may hold a credential: its name says so, or its value holds a URL (which may
+    carry a user and password: ``TORCHINDUCTOR_REDIS_URL=redis://:password@host``)."""
+    return bool(_SECRET_NAME.search(name) or _URL_IN_TEXT.search(value))
+
+
 def _url_passwords(url: str) -> set[str]:
     """The password of ``url`` in each form a message may quote it: as written, decoded and encoded."""
     _, userinfo, rest = _split_url(url)
@@ -144,7 +162,7 @@ class RemoteSettings:
     def shown_error(self, error: BaseException) -> str:
         """``Type: message`` of an error of redis-py's, with any URL in it masked; the message is left out when the
         password or the secret is still in it (whatever it quotes them from)."""
-        text = _URL_IN_TEXT.sub(lambda url: mask_url(url.group()), str(error))
+        text = mask_urls(str(error))
         hidden = _url_passwords(self.url) | ({self.secret.decode(errors="replace")} if self.secret else set())
         if any(secret in text for secret in hidden):
             text = "its message is not shown: it may quote the password or the secret"

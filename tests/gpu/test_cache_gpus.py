@@ -121,9 +121,10 @@ def test_the_same_test_on_two_gpus_compiles_once(
     pytester.makepyfile(test_same=SAME_TEST)
     result = run_pytest("-p", "no:logging", "-n", "2", "--dist", "each", "-v", cache=tmp_path / "cache")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["aoti cache: 1 hits, 1 misses, *"])
+    result.stdout.fnmatch_lines(["aoti cache: 1 hits, 1 misses, *, 1 of them new (no earlier entry)"])
     ran = {path.name: path.read_text() for path in pytester.path.glob("ran-on-gw*.txt")}
     assert sorted(ran) == ["ran-on-gw0.txt", "ran-on-gw1.txt"], ran
     assert ran["ran-on-gw0.txt"].startswith("cuda:0 ") and ran["ran-on-gw1.txt"].startswith("cuda:1 "), ran
     assert sorted(text.split(" ")[1] for text in ran.values()) == ["from_cache=False", "from_cache=True"], ran
-    assert len([line for line in result.stdout.lines if " missed" in line]) == 1
+    # The one miss had no earlier entry to compare with: counted above, not named (issue 63, item 4).
+    assert [line for line in result.stdout.lines if " missed" in line] == []

@@ -21,6 +21,8 @@ def _record(**changed: Any) -> dict[str, Any]:
         "weights": {"linear.weight": "a" * 16, "linear.bias": "b" * 16, "norm.weight": "c" * 16},
         "config": {"max_autotune": "False", "size_asserts": "True"},
         "env": {},
+        "inputs": {"x": "torch.float32 (4, 8)"},
+        "facets": {"graph_ops": "0" * 16, "interface": "0" * 16},
     }
     for name, value in changed.items():
         if name in digests:
@@ -35,12 +37,12 @@ def test_the_line_names_each_part_that_differs() -> None:
     new = _record(weights="1", inductor_configs="1", codegen_env="1")
     new["weights"] = {"linear.weight": "d" * 16, "linear.bias": "e" * 16, "extra": "f" * 16}
     new["config"] = {"max_autotune": "True", "size_asserts": "True"}
-    new["env"] = {"TORCHINDUCTOR_NAN_ASSERTS": "'1'"}
+    new["env"] = {"TORCHINDUCTOR_DEBUG_COMPILE": "'1'"}
     assert differences(new, old) == [
         "the graph is the same",
         "the weights differ (4 tensors)",
         "Inductor config 'max_autotune' False → True",
-        "codegen env 'TORCHINDUCTOR_NAN_ASSERTS' unset → '1'",
+        "codegen env 'TORCHINDUCTOR_DEBUG_COMPILE' unset → '1'",
     ]
 
 
@@ -56,6 +58,7 @@ def test_short_parts_are_named_by_value_and_the_graph_comes_first() -> None:
         graph="1",
         compiler="1",
         gpus="1",
+        facets={"graph_ops": "1" * 16},
         shown={"torch": "2.14.0", "gpus": "cuda:0,cuda:1", "compiler": "g++ 13"},
     )
     assert differences(new, _record()) == [
@@ -79,9 +82,8 @@ def test_the_nearest_entry_is_the_tests_own_with_most_parts_in_common() -> None:
         "t.py::test_c missed (nearest: an entry of t.py::test_b): the graph is the same, the user Triton kernels' "
         "sources differ"
     )
-    assert miss_line("t.py::test_c", _record(graph="3"), [other]) == (
-        "t.py::test_c missed: no earlier entry of this test in the cache"
-    )
+    # No entry to compare with: nothing to say (the miss is counted, not named: issue 63, item 4).
+    assert miss_line("t.py::test_c", _record(graph="3"), [other]) is None
 
 
 @pytest.mark.parametrize(
@@ -106,3 +108,57 @@ def test_the_gpu_index_is_left_out_unless_the_graph_pins_it() -> None:
     assert pinned_gpus({0, 1}, torch.device("cuda", 0)) == "cuda:0,cuda:1"
     assert pinned_gpus({1}, torch.device("cuda", 0)) == "cuda:0,cuda:1"
     assert pinned_gpus({0}, torch.device("cpu")) == "cuda:0"
+
+
+def test_the_nearest_entry_has_the_fewest_differences_not_the_latest() -> None:
+    """Issue 62, item 11: an older entry that differs in one config value is nearer than the latest, which differs
+    in four (the same one part of the key each: the latest used to win the tie)."""
+    config = {"max_autotune": "False", "size_asserts": "True", "a": "1", "b": "1", "c": "1"}
+    new = _record(config={**config, "max_autotune": "True"}, inductor_config="1")
+    one_change = Entry("t.py::test_a", _record(config=config), mtime=1.0)
+    four_changes = Entry("t.py::test_a", _record(config={"a": "2", "b": "2", "c": "2"}, inductor_config="2"), 2.0)
+    assert nearest("t.py::test_a", new, [one_change, four_changes]) is one_change
+    assert miss_line("t.py::test_a", new, [one_change, four_changes]) == (
+        "t.py::test_a missed: the graph is the same, Inductor config 'max_autotune' False → True"
+    )
+
+
+def test_a_signature_that_differs_only_in_its_node_names_is_not_named() -> None:
+    """relu -> sigmoid renames the output node: the signature's digest differs, its interface does not."""
+    renamed = _record(graph="1", signature="1", facets={"graph_ops": "1" * 16})
+    assert differences(renamed, _record()) == ["the graph differs"]
+    more_inputs = _record(
+        graph="1", signature="1", facets={"graph_ops": "1" * 16, "interface": "1" * 16}, inputs={"y": "torch.int64 ()"}
+    )
+    assert differences(more_inputs, _record()) == [
+        "the graph differs",
+        "the signature differs (inputs x → x, y)",
+    ]
+
+
+def test_a_shape_or_dtype_change_names_the_input() -> None:
+    """The graph's ops are the same: its inputs' shapes and dtypes say what differs."""
+    reshaped = _record(graph="1", inputs={"x": "torch.float16 (2, 8)"})
+    assert differences(reshaped, _record()) == [
+        "input 'x' dtype torch.float32 → torch.float16",
+        "input 'x' shape (4, 8) → (2, 8)",
+    ]
+    # Ops that differ too (a view's sizes in its arguments) are named with it.
+    both = _record(graph="1", inputs={"x": "torch.float32 (2, 8)"}, facets={"graph_ops": "1" * 16})
+    assert differences(both, _record()) == ["the graph differs", "input 'x' shape (4, 8) → (2, 8)"]
+    # An entry of an earlier version keeps no inputs nor facets: what the graph's digest says.
+    old = {key: value for key, value in _record().items() if key not in ("inputs", "facets")}
+    assert differences(reshaped, valid_record(old)) == ["the graph differs"]  # type: ignore[arg-type]
+
+
+def test_an_older_entrys_codegen_env_never_shows_a_secret() -> None:
+    """Issue 62, item 3: an entry written before the allow-list keeps Inductor's Redis URL in its env. A miss
+    against it names no variable outside the allow-list, and masks any URL a shown value holds."""
+    secret = "redis://:hunter2-S3CRET@cache.example:6379/0"
+    old = _record(env={"TORCHINDUCTOR_REDIS_URL": secret, "CUDA_HOME": "https://user:pw@example/cuda"})
+    new = _record(codegen_env="1", env={"CUDA_HOME": "/usr/local/cuda"})
+    line = miss_line("t.py::test_a", new, [Entry("t.py::test_a", old, 1.0)])
+    assert line is not None and "hunter2" not in line and "REDIS" not in line and ":pw@" not in line
+    assert line == (
+        "t.py::test_a missed: the graph is the same, codegen env 'CUDA_HOME' https://***@example/cuda → /usr/local/cuda"
+    )
