@@ -9,8 +9,8 @@ server=$!
 trap 'kill "$server"' EXIT
 sleep 1
 mkdir -p docs/screenshots
-for page in index getting-started debugging cache ci troubleshooting reference/options reference/markers-fixtures \
-    reference/hooks reference/exceptions; do
+for page in index getting-started debugging cache ci goldens pictures troubleshooting architecture reference/options \
+    reference/markers-fixtures reference/hooks reference/exceptions; do
     url="http://127.0.0.1:$port/${page%index}"
     [[ $page == index ]] || url+=/
     chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
