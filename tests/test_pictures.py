@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_aoti.pictures.render import NOT_DRAWN
 from pytest_aoti.shared.figure_data import GoldenErrors, encode
 from tests.conftest import RunPytest, junit_cases, plugin_args
 
@@ -306,7 +307,9 @@ def test_a_matplotlib_that_fails_to_import_is_noted_and_the_run_goes_on(pytester
         "the picture could not be drawn: import matplotlib raised ValueError: numpy.dtype size changed, may "
         "indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject"
     )
-    result.stdout.fnmatch_lines([f"aoti html: *page.html (1 tests, 0 pictures; 1 could not be drawn: {note})"])
+    result.stdout.fnmatch_lines(
+        [f"aoti html: *page.html (1 tests, 0 pictures; 1 could not be drawn: {note.removeprefix(NOT_DRAWN)})"]
+    )
     page = (pytester.path / "page.html").read_text()
     assert f'<p class="note">{note}</p>' in page and "data:image/png" not in page
     assert "<td>0.001</td><td>0.01</td><td>1</td>" in page  # the numbers stay

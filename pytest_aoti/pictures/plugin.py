@@ -18,7 +18,7 @@ import pytest
 from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_properties
 from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
-from pytest_aoti.pictures.render import Picture, draw
+from pytest_aoti.pictures.render import NOT_DRAWN, Picture, draw
 from pytest_aoti.roles import writes_user_reports
 from pytest_aoti.settings import add_option, option_value
 from pytest_aoti.shared.figure_data import FigureDataError, decode, figure_properties
@@ -156,7 +156,7 @@ def _counts(shown: list[Findings]) -> str:
     counts = f"{len(shown)} tests, {drawn} pictures"
     notes = {picture.note or "" for picture in pictures if picture.png is None}
     if notes:
-        why = next(iter(notes)) if len(notes) == 1 and "" not in notes else "the page says why"
+        why = next(iter(notes)).removeprefix(NOT_DRAWN) if len(notes) == 1 and "" not in notes else "the page says why"
         counts += f"; {len(pictures) - drawn} could not be drawn: {why}"
     return counts
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 NO_MATPLOTLIB = "pictures need matplotlib: pip install 'pytest-aoti[plots]'"
+NOT_DRAWN = "the picture could not be drawn: "  # a note's start, before why
 # Zero errors have no place on a log axis: they are drawn at this floor and the caption says so.
 LOG_FLOOR = 1e-12
 # Up to this many launches, the kernel errors' x axis names each kernel.
@@ -273,13 +274,11 @@ def draw(record: FigureData) -> Picture:
     except ImportError:
         return Picture(title, caption, table, note=NO_MATPLOTLIB)
     except Exception as error:  # an installed matplotlib that fails to import (one built for another numpy)
-        return Picture(
-            title, caption, table, note=f"the picture could not be drawn: {_one_line(error, 'import matplotlib')}"
-        )
+        return Picture(title, caption, table, note=f"{NOT_DRAWN}{_one_line(error, 'import matplotlib')}")
     try:
         return Picture(title, caption, table, png=_png(record, title))
     except Exception as error:  # a picture is never worth a failed test or a lost page
-        return Picture(title, caption, table, note=f"the picture could not be drawn: {_one_line(error)}")
+        return Picture(title, caption, table, note=f"{NOT_DRAWN}{_one_line(error)}")
 
 
 def _one_line(error: Exception, doing: str = "") -> str:
