@@ -9,6 +9,7 @@ import difflib
 import functools
 import math
 import os
+import re
 import time
 import traceback
 import uuid
@@ -33,6 +34,7 @@ from pytest_aoti.core.errors import (
     AOTIExportError,
     AOTIInvariantError,
     AOTIMismatchError,
+    AOTIOutputSpecError,
     AOTITypeError,
     AOTIValueError,
     hide_usage_errors,
@@ -341,6 +343,12 @@ class CompiledModel:
                 # Kernel errors are asynchronous: make them surface here, in the call that caused them.
                 torch.cuda.synchronize(self.device)
             phases.mark("ran", str(self.package_path))
+        except ValueError as error:
+            self._note_poisoned(error)
+            spec_error = output_spec_error(error, self.exported_program.call_spec.out_spec)
+            if spec_error is None:
+                raise
+            raise spec_error from None  # torch's frames say nothing the message does not
         except Exception as error:
             self._note_poisoned(error)
             raise
@@ -486,6 +494,28 @@ def _load_package(path: Path, device: torch.device, num_runners: int = 1, run_si
             raise AOTICompileError(one_line(error), stage="load") from error
     phases.mark("loaded", str(path))
     return runner
+
+
+_UNFLATTEN = re.compile(
+    r"['`]leaves['`] has length (?P<returned>\d+) but the spec refers to a pytree that holds (?P<held>\d+)"
+)
+
+
+def output_spec_error(error: ValueError, out_spec: Any) -> AOTIOutputSpecError | None:
+    """torch's package call failing to rebuild the outputs (``treespec.unflatten``), said as what happened; None for
+    any other ValueError."""
+    found = _UNFLATTEN.search(str(error))
+    if found is None:
+        return None
+    returned, held = int(found["returned"]), int(found["held"])
+    structure = getattr(getattr(out_spec, "type", None), "__name__", None) or "its outputs"
+    return AOTIOutputSpecError(
+        f"the package returned {returned} output{'s' if returned != 1 else ''}, but its exported output spec "
+        f"({structure}) holds {held}: torch could not rebuild the model's outputs from them. The compiled graph "
+        "and the output structure export recorded disagree (a model that returns a custom container, or a "
+        "cache object, is a known cause): return plain tensors or a registered pytree type from forward, or "
+        f"compare torch.export.export(model, ...).module()'s outputs with the model's. (torch: {error})"
+    )
 
 
 def _build_package(
@@ -798,8 +828,59 @@ def _compare_input_set(
             flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
             program = compiled.exported_program
             capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
-        raise _mismatch_error(mismatch, compiled.exported_program, module) from None
+        export_changed = _export_changed_the_model(compiled.exported_program, inputs, actual, expected, tolerance)
+        raise _mismatch_error(mismatch, compiled.exported_program, module, export_changed) from None
     return actual, accepted
+
+
+def _export_changed_the_model(
+    program: ExportedProgram,
+    inputs: tuple[Any, dict[str, Any]],
+    actual: Any,
+    expected: Any,
+    tolerance: tuple[float, float] | None,
+) -> str | None:
+    """The first triage question of a mismatch: does the exported program, run eagerly, already differ from eager
+    while the package matches it? Then export changed the model (a branch on ``torch.compiler.is_exporting()``, a
+    Python value frozen at export), not the compile. A graph that draws random numbers or updates buffers has its
+    own explanation; a program that does not run eagerly is not judged here."""
+    if _random_ops(program) or _updated_buffers(program):
+        return None
+    rtol, atol = tolerance if tolerance is not None else (None, None)
+    args, kwargs = copied_inputs(inputs)
+    try:
+        with torch.no_grad():
+            exported = program.module()(*args, **kwargs)
+    except Exception:  # the program's own eager run: no answer, not a test error
+        return None
+    if _close_enough(exported, expected, rtol, atol) or not _close_enough(actual, exported, rtol, atol):
+        return None
+    worst = _max_abs_difference(exported, expected)
+    return (
+        "export changed the model: the exported program run eagerly (torch.export.export(model, ...).module()) "
+        f"already differs from eager{f' (max abs difference {worst:.3g})' if worst is not None else ''}, and the "
+        "package matches the exported program. The difference is export's, not the compiled package's: look for "
+        "code that takes another path under export (torch.compiler.is_exporting(), a Python value or a "
+        "data-dependent branch frozen at export)"
+    )
+
+
+def _close_enough(actual: Any, expected: Any, rtol: float | None, atol: float | None) -> bool:
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    except (AssertionError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _max_abs_difference(actual: Any, expected: Any) -> float | None:
+    pairs = zip(pytree.tree_leaves(actual), pytree.tree_leaves(expected), strict=False)
+    differences = [
+        (a.double() - e.double()).abs().max().item()
+        for a, e in pairs
+        if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.shape == e.shape and a.numel()
+    ]
+    return max(differences) if differences else None
 
 
 def _package_then_eager(
@@ -845,11 +926,19 @@ def _judge_against_float64(
     return judgement.text
 
 
-def _mismatch_error(mismatch: AssertionError, program: ExportedProgram, module: torch.nn.Module) -> AOTIMismatchError:
-    """The mismatch, with the graph's random ops named when it has any (then eager and package draw differently),
-    and the buffers it updates (then eager and package hold different state after the first call)."""
+_FLOAT64_PART = "\n\nfloat64 reference"  # where the float64 judge's text starts in a mismatch's message
+
+
+def _mismatch_error(
+    mismatch: AssertionError, program: ExportedProgram, module: torch.nn.Module, export_changed: str | None = None
+) -> AOTIMismatchError:
+    """The mismatch, led by ``export_changed`` when export already changed the model, with the graph's random ops
+    named when it has any (then eager and package draw differently), and the buffers it updates (then eager and
+    package hold different state after the first call)."""
     random_ops = _random_ops(program)
     explanations = [_random_explanation(random_ops, module)] if random_ops else []
+    if export_changed is not None:  # the float64 judge's "less accurate" would blame the package
+        return AOTIMismatchError("\n\n".join([export_changed, str(mismatch).split(_FLOAT64_PART)[0]]))
     updated = _updated_buffers(program)
     if updated:
         explanations.append(_state_explanation(updated))

@@ -161,6 +161,14 @@ class AOTICompileError(AOTIError):
         super().__init__(f"AOTI {stage} failed: {summary}")
 
 
+class AOTIOutputSpecError(AOTIError):
+    """The package ran, but torch could not rebuild the model's outputs from what it returned: the package returned
+    another number of outputs than its exported output spec holds (torch's ``treespec.unflatten`` error). A package
+    defect from export or the compile, which a rerun repeats (failure kind ``compile``)."""
+
+    failure_kind: ClassVar[str] = FailureKind.COMPILE
+
+
 class AOTIMismatchError(AOTIError, AssertionError):
     """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message).
 
