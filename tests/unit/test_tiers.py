@@ -4,9 +4,6 @@ tier, ``slow`` and the order of work come from the recorded seconds, and a run r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,22 +14,17 @@ from tests.conftest import DurationsRecorder
 REPO = Path(__file__).parents[2]
 
 
-def test_a_bare_pytest_collects_only_the_unit_tier() -> None:
-    """The contributor's loop: ``pytest`` from the repository's root, as pyproject's testpaths has it."""
-    env = {name: value for name, value in os.environ.items() if name != "PYTEST_ADDOPTS"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    collected = [line for line in done.stdout.splitlines() if "::" in line]
+def test_a_bare_pytest_collects_only_the_unit_tier(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contributor's loop: ``pytest --collect-only -q`` from the repository's root, as pyproject's testpaths has
+    it. In-process: the test modules are imported already, so the collection costs no torch import."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    collected = [line for line in result.outlines if "::" in line]
     assert f"tests/unit/test_tiers.py::{test_a_bare_pytest_collects_only_the_unit_tier.__name__}" in collected
     assert [nodeid for nodeid in collected if not nodeid.startswith("tests/unit/")] == []
+    assert len(collected) > 500
 
 
 def test_a_tests_place_says_its_tier(tmp_path: Path) -> None:
