@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,133 +19,15 @@ from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, 
 from pytest_aoti.core.cache_key import key_parts  # noqa: E402
 from pytest_aoti.core.compiler import compile_model  # noqa: E402
 from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV  # noqa: E402
-
-
-class Small(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x).tanh()
-
-
-def _export(model: torch.nn.Module) -> torch.export.ExportedProgram:
-    return torch.export.export(model, (torch.randn(3, 4),))
-
-
-def _seeded() -> Small:
-    torch.manual_seed(0)
-    return Small()
-
-
-CPU = torch.device("cpu")
-
-
-def test_identical_reexport_gives_the_same_key() -> None:
-    assert package_key(_export(_seeded()), {}, CPU) == package_key(_export(_seeded()), {}, CPU)
-
-
-def test_weight_change_gives_a_new_key() -> None:
-    changed = _seeded()
-    with torch.no_grad():
-        changed.linear.weight[0, 0] += 1e-3
-    assert package_key(_export(_seeded()), {}, CPU) != package_key(_export(changed), {}, CPU)
-
-
-def test_config_change_gives_a_new_key() -> None:
-    ep = _export(_seeded())
-    assert package_key(ep, {}, CPU) != package_key(ep, {"max_autotune": True}, CPU)
-
-
-@pytest.mark.parametrize("variable", ["TORCHINDUCTOR_DEBUG_COMPILE", "TORCHINDUCTOR_DEBUG_SYMBOL"])
-def test_a_build_env_change_gives_a_new_key(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    """Read by Inductor when it builds, not through its config (which the debug stages' variables go through:
-    tests/test_cache_key_env.py)."""
-    ep = _export(_seeded())
-    before = package_key(ep, {}, CPU)
-    monkeypatch.setenv(variable, "1")
-    assert package_key(ep, {}, CPU) != before
-
-
-MODEL_FILE = """
-import torch
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 2)
-
-    def forward(self, x):{padding}
-        y = self.linear(x)
-        return y.{activation}()
-"""
-
-
-def _key_of_checkout(directory: Path, *, padding: str = "", activation: str = "tanh") -> str:
-    """Export the model defined in ``directory/model.py`` (a checkout of the user's code) and key it."""
-    import importlib.util
-
-    directory.mkdir(parents=True)
-    source = directory / "model.py"
-    source.write_text(MODEL_FILE.format(padding=padding, activation=activation))
-    spec = importlib.util.spec_from_file_location(f"model_{directory.name}", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    return package_key(torch.export.export(module.Model(), (torch.randn(3, 4),)), {}, CPU)
-
-
-def test_two_checkouts_and_moved_lines_give_the_same_key(tmp_path: Path) -> None:
-    first = _key_of_checkout(tmp_path / "checkout-a")
-    assert _key_of_checkout(tmp_path / "elsewhere" / "checkout-b") == first
-    assert _key_of_checkout(tmp_path / "edited", padding="\n        # a comment\n\n") == first
-
-
-def test_an_op_change_gives_a_new_key(tmp_path: Path) -> None:
-    assert _key_of_checkout(tmp_path / "a") != _key_of_checkout(tmp_path / "b", activation="sigmoid")
-
-
-class Branches(torch.nn.Module):
-    def __init__(self, op: str) -> None:
-        super().__init__()
-        self.op = op
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cond(x.sum() > 0, lambda x: getattr(x, self.op)(), lambda x: x.cos(), (x,))
-
-
-def test_a_change_inside_a_cond_branch_gives_a_new_key() -> None:
-    """The top graph names a branch only by its attribute (``true_graph_0``): the branches' graphs are keyed too, or
-    an edited branch would be served its stale package."""
-    keys = {op: package_key(torch.export.export(Branches(op), (torch.randn(3),)), {}, CPU) for op in ("sin", "tanh")}
-    assert keys["sin"] != keys["tanh"]
-
-
-def test_inductor_config_patched_in_python_gives_a_new_key() -> None:
-    import torch._inductor.config as inductor_config
-
-    ep = _export(_seeded())
-    before = package_key(ep, {}, CPU)
-    with inductor_config.patch(max_autotune=True):
-        assert package_key(ep, {}, CPU) != before
-    assert package_key(ep, {}, CPU) == before
-
-
-def test_cache_location_changes_no_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    ep = _export(_seeded())
-    before = package_key(ep, {}, CPU)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    assert package_key(ep, {}, CPU) == before
+from tests.unit.test_cache_dirs import user_project  # noqa: E402
+from tests.unit.test_cache_keys import CPU, export_small, seeded_small  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One real compiled package (bytes to store under several keys), and the key of a model computed before it."""
-    key_before = package_key(_export(_seeded()), {}, CPU)
-    compiled = compile_model(_seeded(), (torch.randn(3, 4),), package_dir=tmp_path_factory.mktemp("built"))
+    key_before = package_key(export_small(seeded_small()), {}, CPU)
+    compiled = compile_model(seeded_small(), (torch.randn(3, 4),), package_dir=tmp_path_factory.mktemp("built"))
     return compiled.package_path, key_before
 
 
@@ -158,7 +39,7 @@ def built_package(built: tuple[Path, str]) -> Path:
 def test_a_compile_in_the_process_changes_no_later_key(built: tuple[Path, str]) -> None:
     """Inductor writes each package's metadata into its global config: the key of a model must not depend on what
     the process compiled before it (the second model of a suite missed in a fresh checkout)."""
-    assert package_key(_export(_seeded()), {}, CPU) == built[1]
+    assert package_key(export_small(seeded_small()), {}, CPU) == built[1]
 
 
 def test_a_child_answers_its_isa_probes_from_its_parent_with_the_same_key(
@@ -181,7 +62,7 @@ def test_a_child_answers_its_isa_probes_from_its_parent_with_the_same_key(
     given = _isa_record_for(tmp_path)
     assert list(given) == [isa_verdicts.ISA_RECORD_ENV] and Path(given[isa_verdicts.ISA_RECORD_ENV]).parent == tmp_path
     assert "f" * 32 in isa_verdicts.read_record(Path(given[isa_verdicts.ISA_RECORD_ENV])).passed
-    ep = _export(_seeded())
+    ep = export_small(seeded_small())
     before = package_key(ep, {}, CPU)
     with inductor_config.patch({"cpp.vec_isa_ok": True}):  # what Inductor reads from TORCHINDUCTOR_VEC_ISA_OK=1
         assert package_key(ep, {}, CPU) == before
@@ -214,34 +95,10 @@ def test_corrupt_entry_is_a_miss_and_removed(tmp_path: Path, built_package: Path
     assert (cache.stats.hits, cache.stats.misses, cache.stats.corrupt) == (1, 1, 1)
 
 
-def _project(root: Path) -> list[Path]:
-    """A user's project: what a cache must never delete."""
-    files = [root / ".git" / "HEAD", root / "src" / "model.py", root / "artifacts" / "shipped_model.pt2"]
-    files.append(root / "artifacts" / "shipped_model.json")
-    for path in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"user data")
-    return files
-
-
-def test_an_unmarked_project_dir_is_never_cleared(tmp_path: Path) -> None:
-    files = _project(tmp_path)
-    entry_shaped = tmp_path / "ab" / ("f" * 64 + ".pt2")  # named like an entry, but the dir is not marked
-    entry_shaped.parent.mkdir()
-    entry_shaped.write_bytes(b"user data")
-    files.append(entry_shaped)
-    with pytest.warns(AOTICacheWarning, match="is not a pytest-aoti cache"):
-        assert clear_cache_dir(tmp_path) == 0
-    assert all(path.read_bytes() == b"user data" for path in files)
-    with pytest.warns(AOTICacheWarning, match="holds files that are not pytest-aoti's"):
-        assert PackageCache.open(tmp_path, max_bytes=1) is None
-    assert not (tmp_path / MARKER_FILE).exists()
-
-
 def test_clear_and_eviction_touch_only_entries(tmp_path: Path, built_package: Path) -> None:
     cache = PackageCache.open(tmp_path / "cache", max_bytes=1)  # a tiny cap: every older entry goes
     assert cache is not None and (tmp_path / "cache" / MARKER_FILE).is_file()
-    user_files = _project(tmp_path / "cache")
+    user_files = user_project(tmp_path / "cache")
     cache.store("a" * 64, built_package, compile_seconds=1.0)
     cache.store("b" * 64, built_package, compile_seconds=1.0)
     assert sorted(p.name for p in (tmp_path / "cache").glob("*/*.pt2") if p.parent.name in ("aa", "bb")) == [
@@ -250,35 +107,6 @@ def test_clear_and_eviction_touch_only_entries(tmp_path: Path, built_package: Pa
     assert clear_cache_dir(tmp_path / "cache") == 1
     assert not list((tmp_path / "cache").glob("bb/*"))
     assert all(path.read_bytes() == b"user data" for path in user_files)
-
-
-@pytest.mark.parametrize("kind", ["a file", "under a file"])
-def test_an_impossible_cache_dir_warns_and_runs_without(tmp_path: Path, kind: str) -> None:
-    blocker = tmp_path / "blocker"
-    blocker.write_text("")
-    root = blocker if kind == "a file" else blocker / "cache"
-    with pytest.warns(AOTICacheWarning, match="not using the package cache"):
-        assert PackageCache.open(root, max_bytes=1 << 30) is None
-
-
-def test_a_cache_dir_from_before_the_marker_is_adopted(tmp_path: Path) -> None:
-    (tmp_path / "cache" / "ab").mkdir(parents=True)
-    (tmp_path / "cache" / "ab" / ("a" * 64 + ".json")).write_text("{}")
-    assert PackageCache.open(tmp_path / "cache", max_bytes=1 << 30) is not None
-    assert (tmp_path / "cache" / MARKER_FILE).is_file()
-
-
-def test_cache_dir_others_can_write_is_refused(tmp_path: Path) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    with pytest.warns(AOTICacheWarning, match="others can write to it"):
-        assert PackageCache.open(shared, max_bytes=1 << 30) is None
-
-
-def test_new_cache_dir_is_private(tmp_path: Path) -> None:
-    PackageCache.open(tmp_path / "new", max_bytes=1 << 30)
-    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 
 
 CONCURRENT_SCRIPT = """
@@ -310,7 +138,7 @@ def test_two_processes_compile_once(pytester: pytest.Pytester, tmp_path: Path) -
 
 
 def test_project_dir_as_cache_dir_is_refused_and_kept(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
-    files = _project(pytester.path)
+    files = user_project(pytester.path)
     pytester.makepyfile(test_user="def test_asks_for_a_builder(aoti_compile):\n    pass\n")
     result = run_pytest("-s", "--aoti-cache-dir=.", "--aoti-cache-clear", "--aoti-cache-max-mb=1", cache=None)
     result.assert_outcomes(passed=1)
@@ -405,23 +233,6 @@ def test_a_cache_that_cannot_store_warns_once_and_goes_on(tmp_path: Path, built_
     assert built_package.is_file()
 
 
-def test_partial_writes_of_a_killed_writer_are_reclaimed(tmp_path: Path) -> None:
-    cache_dir = tmp_path / "cache"
-    assert PackageCache.open(cache_dir, max_bytes=1 << 30) is not None
-    finished = subprocess.Popen([sys.executable, "-c", "pass"])
-    finished.wait()
-    shard = cache_dir / "ab"
-    shard.mkdir()
-    dead = shard / f".partial-{finished.pid}-x1"
-    alive = shard / f".partial-{os.getpid()}-x2"
-    old, new = shard / ".partial-x3", shard / ".partial-x4"  # no pid: by age
-    for path in (dead, alive, old, new):
-        path.write_bytes(b"half a package")
-    os.utime(old, (time.time() - 7200, time.time() - 7200))
-    assert PackageCache.open(cache_dir, max_bytes=1 << 30) is not None
-    assert sorted(p.name for p in shard.iterdir()) == sorted([alive.name, new.name])
-
-
 MISS_TESTS = """
 import os
 
@@ -513,7 +324,7 @@ def test_an_entry_keeps_the_parts_of_its_key_locally_and_in_the_signed_manifest(
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     pytest.importorskip("redis", reason="the redis client is not installed (pip install 'pytest-aoti[test]')")
-    parts = key_parts(_export(_seeded()), {}, CPU)
+    parts = key_parts(export_small(seeded_small()), {}, CPU)
     server = RedisServer(tmp_path / "redis").start()
     try:
         remote = RemoteSettings(server.url(), b"s3cret-for-tests")
