@@ -593,6 +593,8 @@ def compile_model(
     device = compile_device(args, kwargs, module)
     call = ExportCall(module, args, kwargs, dynamic_shapes)
     exported, spec = _exported_for_aoti(call, strict=strict, allow_specialized_dims=allow_specialized_dims)
+    if observers.exported is not None:  # a debug child: the program's source lines, before a compile that may fail
+        observers.exported(exported)
     parts = cache.parts_for(exported, configs, device) if cache is not None else None
     package_path, compile_seconds, from_cache, cache_miss = _built_or_cached(
         exported, configs, package_dir, type(module).__name__, cache, parts

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
     from pytest_aoti.core.compiler import ComparedCall, CompiledModel
 
 
@@ -24,9 +26,12 @@ class CallCapture(Protocol):
 
 @dataclass(frozen=True)
 class CallObservers:
-    """``before_run`` records the call before the package runs (the repro bundle: the call may not survive it);
+    """``exported`` sees each exported program before it compiles (the repro bundle's node -> source line map: a
+    compile can fail, and a device-side assert fire while Inductor autotunes, before any call);
+    ``before_run`` records the call before the package runs (the repro bundle: the call may not survive it);
     ``capture`` gives compared call N of ``check_model`` its numerics capture."""
 
+    exported: Callable[[ExportedProgram], None] | None = None
     before_run: Callable[[CompiledModel, Any, Any], None] | None = None
     capture: Callable[[int], CallCapture] | None = None
 

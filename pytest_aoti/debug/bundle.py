@@ -248,7 +248,7 @@ def write_call(bundle: Path, compiled: CompiledModel, args: Any, kwargs: dict[st
     if not stamp.exists() or stamp.read_text() != str(compiled.package_path):
         configs = {key: value for key, value in compiled.inductor_configs.items() if key != "aot_inductor.package"}
         write_program(bundle, compiled.exported_program, compiled.package_path, configs, _custom_op_modules(compiled))
-        (bundle / NODE_SOURCES).write_text(json.dumps(_node_sources(compiled), indent=2))
+        write_node_sources(bundle, compiled.exported_program)
         stamp.write_text(str(compiled.package_path))
     write_inputs(bundle, args, kwargs)
 
@@ -301,12 +301,14 @@ def write_inputs(bundle: Path, args: Any, kwargs: dict[str, Any]) -> None:
 NODE_SOURCES = "node_sources.json"
 
 
-def _node_sources(compiled: CompiledModel) -> dict[str, str]:
-    return {
-        node.name: trace
-        for node in compiled.exported_program.graph.nodes
-        if isinstance(trace := node.meta.get("stack_trace"), str)
+def write_node_sources(bundle: Path, program: torch.export.ExportedProgram) -> None:
+    """The program's node -> stack trace, written when it is exported: a compile that fails (a device-side assert
+    while Inductor autotunes) leaves no call to record, and its verdict still names the user's line."""
+    bundle.mkdir(parents=True, exist_ok=True)
+    traces = {
+        node.name: trace for node in program.graph.nodes if isinstance(trace := node.meta.get("stack_trace"), str)
     }
+    (bundle / NODE_SOURCES).write_text(json.dumps(traces, indent=2))
 
 
 def read_node_sources(bundle: Path) -> dict[str, str]:

@@ -35,6 +35,7 @@ def _call_observers(bundle_dir: str | None, numerics_dir: str | None, event_file
     before it runs; stage numerics captures both sides of each compared call and sends its finding to the child's
     event stream. Torch is imported when a call first reports, not here."""
     return CallObservers(
+        exported=_source_recorder(Path(bundle_dir)) if bundle_dir else None,
         before_run=_recorder(Path(bundle_dir)) if bundle_dir else None,
         capture=_capturer(Path(numerics_dir), event_file) if numerics_dir else None,
     )
@@ -45,6 +46,15 @@ def _recorder(bundle_dir: Path) -> Callable[[CompiledModel, Any, Any], None]:
         from pytest_aoti.debug.bundle import write_call
 
         write_call(bundle_dir, compiled, args, kwargs)
+
+    return record
+
+
+def _source_recorder(bundle_dir: Path) -> Callable[[Any], None]:
+    def record(program: Any) -> None:
+        from pytest_aoti.debug.bundle import write_node_sources
+
+        write_node_sources(bundle_dir, program)
 
     return record
 

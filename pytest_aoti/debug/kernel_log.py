@@ -232,6 +232,34 @@ def trim(log: str, *, head: int = 60, tail: int = 120) -> str:
 
 
 _DEVICE_ASSERT = re.compile(r"Assertion `(?P<condition>[^`]+)` failed")
+# CUDA's message for a failed device-side assert, which Triton's ``tl.device_assert`` raises: the kernel's generated
+# source file and line, the function (the kernel) when the compiler kept its name, the block and thread:
+# "/cache/zy/czyvp7….py:36: triton_poi_fused_embedding_1: block: [0,0,0], thread: [64,0,0] Assertion `…` failed."
+_ASSERT_SITE = re.compile(
+    r"(?P<file>/[^\s:]+\.py):(?P<line>\d+): (?:(?P<function>[A-Za-z_]\w*): )?block: \[[\d, ]+\], "
+    r"thread: \[[\d, ]+\] Assertion [`'](?P<condition>[^`'\n]+)[`'] failed"
+)
+
+
+@dataclass(frozen=True)
+class AssertSite:
+    """Where a device-side assert fired: the kernel's generated source file and line, and the kernel's name when
+    CUDA's message has it."""
+
+    file: str
+    line: int
+    function: str | None
+    condition: str
+
+
+def device_assert_site(log: str) -> AssertSite | None:
+    """The source file and line of the first failed device-side assert whose message names them."""
+    match = _ASSERT_SITE.search(log)
+    if match is None:
+        return None
+    return AssertSite(match["file"], int(match["line"]), match["function"], match["condition"].strip())
+
+
 _BOUNDS = re.compile(r"(?P<low>-?\d+)\s*<=\s*\w+\s*<\s*(?P<high>-?\d+)")
 
 

@@ -85,21 +85,31 @@ def read_kernel_sources(package: Path, node_traces: Mapping[str, str] | None = N
     for key in sorted(info, key=handle):
         entry = info[key] if isinstance(info[key], dict) else {}
         nodes = entry.get("pre_grad_nodes") or entry.get("post_grad_nodes") or ()
-        traces = [node_traces[node] for node in nodes if node in node_traces] if node_traces else []
-        if not traces:
-            traces = entry.get("stack_traces", ())
-        lines = [user_line(trace, torch_dir) for trace in traces if isinstance(trace, str)]
-        index_traces = [node_traces[n] for n in nodes if node_traces and n in node_traces and _INDEX_READ.match(n)]
-        index_lines = [user_line(trace, torch_dir) for trace in index_traces]
-        sources.append(
-            KernelSource(
-                key.rsplit(":", 1)[0],
-                tuple(str(node) for node in nodes),
-                tuple(dict.fromkeys(line for line in lines if line is not None)),
-                tuple(dict.fromkeys(line for line in index_lines if line is not None)),
-            )
-        )
+        recorded = [trace for trace in entry.get("stack_traces", ()) if isinstance(trace, str)]
+        sources.append(kernel_source(key.rsplit(":", 1)[0], nodes, node_traces or {}, recorded, torch_dir))
     return sources
+
+
+def kernel_source(
+    name: str,
+    nodes: Any,
+    node_traces: Mapping[str, str],
+    recorded: list[str] | None = None,
+    torch_dir: str | None = None,
+) -> KernelSource:
+    """One kernel's nodes and user lines: from this run's ``node_traces`` (graph node -> stack trace at export),
+    else from the traces the package ``recorded`` when it was compiled."""
+    torch_dir = torch_dir if torch_dir is not None else torch_install_dir()
+    traces = [node_traces[node] for node in nodes if node in node_traces] or list(recorded or ())
+    lines = [user_line(trace, torch_dir) for trace in traces]
+    index_traces = [node_traces[n] for n in nodes if n in node_traces and _INDEX_READ.match(n)]
+    index_lines = [user_line(trace, torch_dir) for trace in index_traces]
+    return KernelSource(
+        name,
+        tuple(str(node) for node in nodes),
+        tuple(dict.fromkeys(line for line in lines if line is not None)),
+        tuple(dict.fromkeys(line for line in index_lines if line is not None)),
+    )
 
 
 def launch_of(sources: list[KernelSource], kernel: str, occurrence: int = 1) -> int | None:

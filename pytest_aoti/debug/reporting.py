@@ -339,10 +339,29 @@ def _where_the_run_was(verdict: Verdict, *, crashed: bool) -> str | None:
         # The first NaN/Inf's kernel names its line below: the same line once is enough.
         same = nonfinite is not None and nonfinite.kernel == verdict.last_completed
         return f"last kernel completed: {verdict.last_completed}{'' if same else _at(verdict, 'suspect')}"
+    if verdict.assert_kernel is not None and verdict.assert_site is not None:
+        return assert_kernel_text(verdict)
     if verdict.crash_frame is not None and crashed:
         # No kernel had run (a crash in a fixture, an export, a load): the Python stack is all there is.
         return f"the Python stack was at {verdict.crash_frame.describe(verdict.source_root)}"
     return None
+
+
+def assert_kernel_text(verdict: Verdict) -> str:
+    """``in kernel <name> (its device-side assert at <file>:<line>: <the assert>), while Inductor ran it at compile
+    time …, at <the user's index read>``: the kernel Triton's assert message names, when no launch was printed."""
+    kernel, site = verdict.assert_kernel, verdict.assert_site
+    assert kernel is not None and site is not None
+    when = (
+        ", while Inductor ran it at compile time (it runs kernels to autotune them) before the package existed: "
+        "the example inputs given to the compile reach the same index"
+        if verdict.phase in ("export", "compile") or not verdict.last_completed
+        else ""
+    )
+    return (
+        f"in kernel {kernel.name} (its device-side assert at {site.file}:{site.line}: {kernel.assert_line}){when}"
+        f"{_at(verdict, 'suspect')}"
+    )
 
 
 def _no_kernel_running(verdict: Verdict) -> str:

@@ -42,6 +42,7 @@ from pytest_aoti.debug.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.debug.child import ChildRun, StartedChild, private_tmpdir, run_process, start_child
 from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.triage import Triage
+from pytest_aoti.debug.triton_source import TritonKernel, kernel_at
 
 SANITY_ENV = {
     "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -75,6 +76,7 @@ class LogSignals:
     cuda_error: str | None = None
     device_assert: str | None = None
     bounds_check: str | None = None  # a CPU kernel's failed index check (the device-side assert's CPU twin)
+    assert_site: kernel_log.AssertSite | None = None  # the device-side assert's kernel source file and line
 
     @classmethod
     def read(cls, log: str) -> LogSignals:
@@ -84,6 +86,7 @@ class LogSignals:
             cuda_error=kernel_log.cuda_error(log),
             device_assert=kernel_log.device_assert(log),
             bounds_check=kernel_log.bounds_check(log),
+            assert_site=kernel_log.device_assert_site(log),
         )
 
 
@@ -167,6 +170,7 @@ class StageResults:
             cuda_error=kernels.cuda_error or tensors.cuda_error,
             device_assert=kernels.device_assert or tensors.device_assert,
             bounds_check=kernels.bounds_check or tensors.bounds_check,
+            assert_site=kernels.assert_site or tensors.assert_site,
         )
 
     @property
@@ -244,6 +248,10 @@ class Verdict:
     trimmed_logs: tuple[str, ...] = ()
     origin: NonfiniteOrigin | None = None  # the eager replay's op that made the NaN/Inf
     origin_line: provenance.SourceLine | None = None  # that op's line in the user's model
+    # A device-side assert's site (CUDA's message) and the Triton kernel whose source holds it: the kernel, when no
+    # launch was printed (it ran while Inductor autotuned at compile time) or the process died inside it.
+    assert_site: kernel_log.AssertSite | None = None
+    assert_kernel: TritonKernel | None = None
 
     @property
     def reproduced(self) -> bool:
@@ -298,6 +306,8 @@ class Verdict:
             return None
         if self.died_in is not None:
             return self.died_in
+        if self.assert_kernel is not None:
+            return self.assert_kernel.name
         origin = self.sources.get("origin") if not self.crashed else None
         writer = self.first_nonfinite.kernel if self.first_nonfinite is not None and not self.crashed else None
         return (origin.name if origin is not None else None) or writer or self.last_completed
@@ -484,7 +494,9 @@ def debug_rerun(
     )
 
     def launch(stage: str, env: dict[str, str], prefix: tuple[str, ...], attempt: int) -> StartedChild:
-        return start(stage=stage, env=env, capture=False, prefix=prefix, attempt=attempt)
+        # A stage's extra runs (its first did not reproduce the failure) start fresh: each draws a string-hash seed
+        # of its own, as the test's own run did, where forks of one server all share one (a set's order).
+        return start(stage=stage, env=env, capture=False, prefix=prefix, attempt=attempt, fresh=attempt > 1)
 
     pipeline = StagePipeline(launch, workdir, request.env, request.flaky_reruns)
     started = time.monotonic()
@@ -572,6 +584,20 @@ def run_stages(
     return pipeline.results(numerics, ran, tensors, suspects, sanitizer)
 
 
+def shared_hash_seed_note(runs: tuple[ChildRun, ...]) -> tuple[str, ...]:
+    """A note when two or more of the reruns counted for the reproduction were forked warm: they shared one
+    string-hash seed, so a failure that depends on the order of a set or dict of strings could not differ between
+    them, and ``consistent`` says less than it seems."""
+    shared = [run for run in runs if run.stage != Stage.SANITIZER and run.shared_hash_seed]
+    if len(shared) < 2:
+        return ()
+    return (
+        f"{len(shared)} reruns ({', '.join(run.label for run in shared)}) were forked warm and shared one string-hash "
+        "seed: a failure that depends on the order of a set or dict could not differ between them (a stage's extra "
+        "runs start fresh, each with a seed of its own; PYTEST_AOTI_FORK_SERVER=0 starts every rerun fresh)",
+    )
+
+
 def make_verdict(
     nodeid: str,
     results: StageResults,
@@ -589,7 +615,11 @@ def make_verdict(
     facts = Verdict(
         nodeid,
         stages=results.runs,
-        notes=(*results.notes, *(() if minify is None or minify.note is None else (minify.note,))),
+        notes=(
+            *results.notes,
+            *(() if minify is None or minify.note is None else (minify.note,)),
+            *shared_hash_seed_note(results.runs),
+        ),
         died_in=kernels.died_in if kernels is not None else None,
         last_completed=kernels.last_completed if kernels is not None else None,
         suspects=results.suspects,
@@ -613,10 +643,15 @@ def make_verdict(
         trimmed_logs=tuple(kernel_log.trim(run.log) for run in results.runs),
         origin=origin,
         origin_line=origin_line(origin, bundle.node_traces) if bundle is not None else None,
+        assert_site=signals.assert_site,
+        assert_kernel=kernel_at(Path(signals.assert_site.file), signals.assert_site.line)
+        if signals.assert_site is not None
+        else None,
     )
     # What rests on the facts above: the launches they name, and which kernel is the suspect (a crash while no
     # kernel ran has none).
-    facts = replace(facts, sources=kernel_sources(facts, list(bundle.launches), kernels) if bundle is not None else {})
+    sources = kernel_sources(facts, list(bundle.launches), kernels, bundle.node_traces) if bundle is not None else {}
+    facts = replace(facts, sources=sources)
     suspect = facts.suspect_kernel
     inputs = tensors.of(results.suspects) if tensors is not None and suspect is not None else []
     return replace(
@@ -627,11 +662,15 @@ def make_verdict(
 
 
 def kernel_sources(
-    verdict: Verdict, sources: list[provenance.KernelSource], kernels: KernelsResult | None
+    verdict: Verdict,
+    sources: list[provenance.KernelSource],
+    kernels: KernelsResult | None,
+    node_traces: Mapping[str, str] | None = None,
 ) -> dict[str, provenance.KernelSource]:
     """The launches the verdict names, found in the package's provenance data (launch order): a kernel launched
     several times is matched by how often stage kernels (``kernels``) saw it launch."""
     found: dict[str, provenance.KernelSource] = {}
+    node_traces = node_traces or {}
 
     def find(role: str, kernel: str, occurrence: int = 1) -> int | None:
         index = provenance.launch_of(sources, kernel, max(1, occurrence))
@@ -644,6 +683,12 @@ def kernel_sources(
 
     if verdict.died_in is not None:
         find("suspect", verdict.died_in, count(verdict.died_in, "before"))
+    elif verdict.assert_kernel is not None:
+        # The kernel Triton's assert names: the package's launch of it, else (it ran while Inductor compiled, and no
+        # package exists) its own source's nodes, mapped to the user's lines by this run's export.
+        kernel = verdict.assert_kernel
+        if find("suspect", kernel.name) is None:
+            found["suspect"] = provenance.kernel_source(kernel.name, kernel.nodes, node_traces)
     elif verdict.last_completed is not None and not verdict.crashed_after_run:
         index = find("suspect", verdict.last_completed, count(verdict.last_completed, "after"))
         # The call after it is the answer only for a crash between the two; in any other failure it never ran.
