@@ -136,4 +136,19 @@ def judge(actual: Any, expected: Any, reference: Callable[[], Any]) -> Judgement
                 "the rule of Inductor's accuracy checks)"
             )
         )
+    if not accepted and any(got.device.type == "cuda" for _, _, got, _ in differing):
+        lines.append(precision_settings())
     return Judgement(accepted, "\n".join(lines))
+
+
+def precision_settings() -> str:
+    """The float32 precision settings eager ran under on CUDA (TF32 in cuDNN convolutions and in matmuls), which
+    decide how far eager and a package's extern calls are from float64: an open question of issue 61 (SegFormer,
+    InternVL) until measured on a GPU, so the failure states them."""
+    return (
+        "precision settings of this process (eager ran under them): "
+        f"torch.backends.cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}, "
+        f"torch.backends.cuda.matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
+        f"torch.get_float32_matmul_precision()={torch.get_float32_matmul_precision()!r}; a package's Triton "
+        "matmuls take TF32 from these settings when it is compiled, its cuDNN/cuBLAS calls when it runs"
+    )
