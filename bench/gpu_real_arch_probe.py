@@ -26,7 +26,9 @@ OUT.mkdir(parents=True, exist_ok=True)
 
 
 def float64_run(model, args):
-    state = {n: t.double() if t.is_floating_point() else t for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    state = {
+        n: t.double() if t.is_floating_point() else t for n, t in [*model.named_parameters(), *model.named_buffers()]
+    }
     wide = tuple(a.double() if a.is_floating_point() else a for a in args)
     with torch.no_grad():
         return torch.func.functional_call(model, state, wide)
@@ -61,8 +63,14 @@ def segformer():
     from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
     config = SegformerConfig(
-        num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
-        num_attention_heads=[1, 2], decoder_hidden_size=32, num_labels=4,
+        num_channels=3,
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        num_attention_heads=[1, 2],
+        decoder_hidden_size=32,
+        num_labels=4,
     )
     return SegformerForSemanticSegmentation(config).eval(), (torch.randn(1, 3, 64, 64),)
 
@@ -71,7 +79,11 @@ def internvl():
     from transformers import InternVLVisionConfig, InternVLVisionModel
 
     config = InternVLVisionConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
         patch_size=8,
     )
     return InternVLVisionModel(config).eval(), (torch.randn(1, 3, 32, 32),)
@@ -79,8 +91,14 @@ def internvl():
 
 def precision() -> None:
     torch.manual_seed(0)
-    print("defaults: cudnn.allow_tf32", torch.backends.cudnn.allow_tf32, "matmul.allow_tf32",
-          torch.backends.cuda.matmul.allow_tf32, "float32_matmul_precision", torch.get_float32_matmul_precision())
+    print(
+        "defaults: cudnn.allow_tf32",
+        torch.backends.cudnn.allow_tf32,
+        "matmul.allow_tf32",
+        torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision",
+        torch.get_float32_matmul_precision(),
+    )
     for name, make in (("segformer", segformer), ("internvl_vision", internvl)):
         try:
             model, args = make()
@@ -92,20 +110,39 @@ def precision() -> None:
         for compile_tf32 in (True, False):
             with tf32(compile_tf32):
                 ep = torch.export.export(model, args, strict=False)
-                path = torch._inductor.aoti_compile_and_package(ep, package_path=str(OUT / f"{name}-{compile_tf32}.pt2"))
+                path = torch._inductor.aoti_compile_and_package(
+                    ep, package_path=str(OUT / f"{name}-{compile_tf32}.pt2")
+                )
             package = torch._inductor.aoti_load_package(path)
             with zipfile.ZipFile(path) as archive:
-                code = "\n".join(archive.read(n).decode(errors="replace") for n in archive.namelist()
-                                 if n.endswith((".cpp", ".py", ".h", ".wrapper.cpp")))
-            calls = {key: code.count(key) for key in ("convolution", "mm_out", "addmm", "bmm", "tl.dot", "tf32",
-                                                      "scaled_dot_product", "_efficient_attention", "flash")}
+                code = "\n".join(
+                    archive.read(n).decode(errors="replace")
+                    for n in archive.namelist()
+                    if n.endswith((".cpp", ".py", ".h", ".wrapper.cpp"))
+                )
+            calls = {
+                key: code.count(key)
+                for key in (
+                    "convolution",
+                    "mm_out",
+                    "addmm",
+                    "bmm",
+                    "tl.dot",
+                    "tf32",
+                    "scaled_dot_product",
+                    "_efficient_attention",
+                    "flash",
+                )
+            }
             for run_tf32 in (True, False):
                 with tf32(run_tf32), torch.no_grad():
                     eager = first_tensor(model(*args))
                     got = first_tensor(package(*args))
-                print(f"{name}: compiled tf32={compile_tf32} run tf32={run_tf32}: RMSE to float64 eager "
-                      f"{rmse(truth, eager):.3g} package {rmse(truth, got):.3g}; package-eager max "
-                      f"{(got - eager).abs().max().item():.3g}")
+                print(
+                    f"{name}: compiled tf32={compile_tf32} run tf32={run_tf32}: RMSE to float64 eager "
+                    f"{rmse(truth, eager):.3g} package {rmse(truth, got):.3g}; package-eager max "
+                    f"{(got - eager).abs().max().item():.3g}"
+                )
             print(f"{name}: package code (compiled tf32={compile_tf32}):", calls)
         # Which op makes the package differ: each op under TF32 or not, in eager
         with torch.no_grad(), tf32(True):
@@ -127,8 +164,9 @@ def assert_compile() -> None:
     model, args = gpt2_long()
     ep = torch.export.export(model, args, strict=False)
     print("compiling with", configs, flush=True)
-    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(OUT / "gpt2-long.pt2"),
-                                                   inductor_configs=configs)
+    path = torch._inductor.aoti_compile_and_package(
+        ep, package_path=str(OUT / "gpt2-long.pt2"), inductor_configs=configs
+    )
     print("compiled:", path, flush=True)
     package = torch._inductor.aoti_load_package(path)
     out = package(*args)
