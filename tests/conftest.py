@@ -218,6 +218,21 @@ def left_behind(tmp: Path) -> list[str]:
     return sorted(entry.name for entry in tmp.iterdir() if not entry.name.startswith("torchinductor_"))
 
 
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """An empty tmpfs mounted read-only: root's permission bits allow everything, the mount does not."""
+    mount_point = tmp_path / "read-only"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--aoti-suite-record-durations",
