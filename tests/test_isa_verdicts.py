@@ -254,3 +254,38 @@ def test_a_run_whose_packages_are_all_cached_runs_no_probe_and_keeps_its_keys(
     third.stdout.fnmatch_lines(["aoti cache: 2 hits, 1 misses*"])
     assert sorted(info["probed"] for info in _seen(seen).values()) == [False, False, True]  # the compiling worker
     assert _probe_builds(third_inductor) == []  # answered from the record
+
+
+@linux_only
+def test_a_fresh_runner_served_from_a_remote_cache_runs_no_probe(
+    pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 63, item 1, on a CI fleet: a fresh runner (an empty local cache dir, no ISA record, an empty Inductor
+    cache) whose every package comes from a real redis-server runs no probe and imports nothing of Inductor's
+    compile path, in any xdist worker."""
+    from tests.redis_server import REDIS_SERVER, RedisServer
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'pytest-aoti[test]')")
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        monkeypatch.setenv("PYTEST_AOTI_CACHE_URL", server.url())
+        monkeypatch.setenv("PYTEST_AOTI_CACHE_SECRET", "a-secret-that-signs-entries")
+        monkeypatch.delenv(isa_verdicts.ISA_RECORD_ENV, raising=False)
+        monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+        pytester.makepyfile(test_cached=CACHED_SUITE)
+        pytester.makeconftest(WHAT_EACH_PROCESS_IMPORTED)
+        for runner in ("a", "b"):
+            seen, inductor = tmp_path / f"seen-{runner}", tmp_path / f"inductor-{runner}"
+            seen.mkdir()
+            monkeypatch.setenv("SEEN_DIR", str(seen))
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+            result = run_pytest("-n", "2", cache=tmp_path / f"local-{runner}", fresh=True)
+            result.assert_outcomes(passed=2)
+    finally:
+        server.stop()
+    result.stdout.fnmatch_lines(["aoti cache: 2 hits (2 remote), 0 misses*"])
+    nothing = {"compile path": False, "probed": False}
+    assert _seen(seen) == {"gw0": nothing, "gw1": nothing, "main": nothing}
+    assert _probe_builds(inductor) == [] and not list((tmp_path / "local-b").glob("isa-checks-*.json"))
