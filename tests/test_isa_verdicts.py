@@ -289,3 +289,34 @@ def test_a_fresh_runner_served_from_a_remote_cache_runs_no_probe(
     nothing = {"compile path": False, "probed": False}
     assert _seen(seen) == {"gw0": nothing, "gw1": nothing, "main": nothing}
     assert _probe_builds(inductor) == [] and not list((tmp_path / "local-b").glob("isa-checks-*.json"))
+
+
+PROBE_IMPORTS = """
+import json
+import sys
+
+import torch
+from pytest_aoti.core import isa_verdicts, torch_private
+
+torch_private.import_what_probes_import()
+before = set(sys.modules)
+isa_verdicts._probe()  # what the probing thread runs
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_probing_imports_nothing_the_caller_has_not_imported_first(tmp_path: Path) -> None:
+    """``ready_for_compile`` imports what the probes import in its own thread, then probes in another while it imports
+    Inductor's compile path: the probing thread must import nothing, or two threads could import one module graph at
+    once and one of them be handed a partially initialized module. Real probes, in a fresh interpreter with nothing
+    recorded."""
+    record = isa_verdicts.record_path(_cache_dir(tmp_path / "cache"))
+    env = {**os.environ, isa_verdicts.ISA_RECORD_ENV: str(record), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_IMPORTS], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    if _probe_builds(tmp_path / "ind"):
+        assert isa_verdicts.read_record(record).passed, "the probes ran and recorded their verdicts"
