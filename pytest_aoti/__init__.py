@@ -3,7 +3,9 @@
 The core works without pytest: ``compile_model``/``check_model`` export, compile and load a model and return a
 ``CompiledModel`` that checks its invariants on every call. Torch is imported only when one of those is used.
 
-The exceptions and warnings a test meets derive from ``AOTIError``, and each is importable from here.
+The exceptions and warnings a test meets derive from ``AOTIError``, and each is importable from here. This module and
+``pytest_aoti.hookspecs`` (the hooks and the records they hand out) are pytest-aoti's public Python API; every other
+module is internal.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from pytest_aoti.shared.errors import AOTIVerifyError
 from pytest_aoti.snapshots.errors import AOTISnapshotError
 
 if TYPE_CHECKING:
-    from pytest_aoti.core.cache import PackageCache, package_key
+    from pytest_aoti.core.cache import PackageCache
     from pytest_aoti.core.cache_files import AOTICacheWarning
+    from pytest_aoti.core.cache_key import package_key
     from pytest_aoti.core.compiler import CompiledModel, check_model, compile_model
     from pytest_aoti.core.remote_cache import AOTIRemoteCacheWarning
     from pytest_aoti.core.strategies import DrawnInputs, dynamic_inputs, input_shapes
     from pytest_aoti.core.torch_versions import MissingTorchAPI
+    from pytest_aoti.verify.bundled import bundle_io, verify_package
 
 __all__ = [
     "AOTIBenchmarkError",
@@ -62,11 +66,13 @@ __all__ = [
     "DrawnInputs",
     "MissingTorchAPI",
     "PackageCache",
+    "bundle_io",
     "check_model",
     "compile_model",
     "dynamic_inputs",
     "input_shapes",
     "package_key",
+    "verify_package",
 ]
 
 _LAZY = {
@@ -75,12 +81,14 @@ _LAZY = {
     "compile_model": "pytest_aoti.core.compiler",
     "AOTICacheWarning": "pytest_aoti.core.cache_files",
     "PackageCache": "pytest_aoti.core.cache",
-    "package_key": "pytest_aoti.core.cache",
+    "package_key": "pytest_aoti.core.cache_key",
     "AOTIRemoteCacheWarning": "pytest_aoti.core.remote_cache",
     "dynamic_inputs": "pytest_aoti.core.strategies",
     "input_shapes": "pytest_aoti.core.strategies",
     "DrawnInputs": "pytest_aoti.core.strategies",
     "MissingTorchAPI": "pytest_aoti.core.torch_versions",
+    "bundle_io": "pytest_aoti.verify.bundled",
+    "verify_package": "pytest_aoti.verify.bundled",
 }
 
 

@@ -15,8 +15,8 @@ from tests.conftest import RunPytest, junit_cases, left_behind
 
 torch = pytest.importorskip("torch")
 
-from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir, package_key  # noqa: E402
-from pytest_aoti.core.cache_key import key_parts  # noqa: E402
+from pytest_aoti.core.cache import MARKER_FILE, AOTICacheWarning, PackageCache, clear_cache_dir  # noqa: E402
+from pytest_aoti.core.cache_key import key_parts, package_key  # noqa: E402
 from pytest_aoti.core.compiler import compile_model  # noqa: E402
 from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV  # noqa: E402
 from tests.unit.test_cache_dirs import user_project  # noqa: E402

@@ -92,7 +92,7 @@ import torch
 sys.path.insert(0, sys.argv[1])
 import stability_models
 
-from pytest_aoti.core.cache import package_key
+from pytest_aoti.core.cache_key import package_key
 
 keys = {}
 for name, (make, shape) in stability_models.MODELS.items():

@@ -408,7 +408,7 @@ def _measure(
 
 
 def _package_key(compiled: CompiledModel) -> str:
-    from pytest_aoti.core.cache import package_key
+    from pytest_aoti.core.cache_key import package_key
     from pytest_aoti.core.compiler import validate_inductor_configs
 
     return package_key(compiled.exported_program, validate_inductor_configs(compiled.inductor_configs), compiled.device)

@@ -38,13 +38,7 @@ from pytest_aoti.core.cache_files import (
     read_cache_file,
     warn_once,
 )
-
-# Re-exported: the key's helpers were here before core.cache_key, and other modules import them from here.
-from pytest_aoti.core.cache_key import KeyParts, key_parts
-from pytest_aoti.core.cache_key import codegen_environment as codegen_environment
-from pytest_aoti.core.cache_key import custom_op_function as custom_op_function
-from pytest_aoti.core.cache_key import custom_op_names as custom_op_names
-from pytest_aoti.core.cache_key import package_key as package_key
+from pytest_aoti.core.cache_key import KeyParts, key_parts, package_key
 
 if TYPE_CHECKING:
     import torch

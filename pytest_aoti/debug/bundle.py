@@ -168,7 +168,7 @@ REPRO_SCRIPT = REPRO_SCRIPT.replace(
 
 def _custom_op_modules(compiled: CompiledModel) -> list[dict[str, str]]:
     """The modules defining the non-aten ops the graph calls, each with the directory to import it from."""
-    from pytest_aoti.core.cache import custom_op_function, custom_op_names
+    from pytest_aoti.core.cache_key import custom_op_function, custom_op_names
 
     program = compiled.exported_program
     defining = [getattr(custom_op_function(name), "__module__", "") for name in custom_op_names(program)]

@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 # The source-line helpers live in core (its messages name the user's line too); re-exported for the debug rerun.
-from pytest_aoti.core.source_lines import SourceLine as SourceLine
-from pytest_aoti.core.source_lines import torch_install_dir as torch_install_dir
-from pytest_aoti.core.source_lines import user_line as user_line
+from pytest_aoti.core.source_lines import SourceLine, torch_install_dir, user_line
 from pytest_aoti.debug.kernel_log import CrashFrame
 
 

@@ -37,6 +37,7 @@ from pytest_aoti.core.protocol import (
     Outcome,
     Stage,
 )
+from pytest_aoti.core.source_lines import SourceLine, torch_install_dir, user_line
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.bundle import custom_op_modules, read_node_sources
 from pytest_aoti.debug.child import ChildRun, StartedChild, private_tmpdir, run_process, start_child
@@ -102,7 +103,7 @@ class KernelsResult:
     suspects: tuple[str, ...]  # the kernel that died (else the last that completed) and the one before it
     signals: LogSignals
     crashed_in: str | None = None
-    crash_frame: provenance.SourceLine | None = None
+    crash_frame: SourceLine | None = None
 
     @classmethod
     def read(cls, run: ChildRun) -> KernelsResult:
@@ -242,12 +243,12 @@ class Verdict:
     custom_ops: tuple[tuple[str, str], ...] = ()  # (module, import root) repro.py imports
     seconds: float | None = None  # the debug stages' wall time, all of them
     # A crash's innermost Python frame in the user's code (faulthandler's dump in stage kernels' log), with its line.
-    crash_frame: provenance.SourceLine | None = None
+    crash_frame: SourceLine | None = None
     crashed_in: str | None = None  # the pytest phase (setup, call, teardown) stage kernels crashed in
     # Each stage's log, trimmed, in the order of ``stages``: read once the stages ran, so rendering reads no file.
     trimmed_logs: tuple[str, ...] = ()
     origin: NonfiniteOrigin | None = None  # the eager replay's op that made the NaN/Inf
-    origin_line: provenance.SourceLine | None = None  # that op's line in the user's model
+    origin_line: SourceLine | None = None  # that op's line in the user's model
     # A device-side assert's site (CUDA's message) and the Triton kernel whose source holds it: the kernel, when no
     # launch was printed (it ran while Inductor autotuned at compile time) or the process died inside it.
     assert_site: kernel_log.AssertSite | None = None
@@ -707,10 +708,10 @@ def kernel_sources(
     return found
 
 
-def origin_line(origin: NonfiniteOrigin | None, node_traces: Mapping[str, str]) -> provenance.SourceLine | None:
+def origin_line(origin: NonfiniteOrigin | None, node_traces: Mapping[str, str]) -> SourceLine | None:
     """The user's line of the op that made the NaN/Inf (its node's stack trace at export)."""
     trace = node_traces.get(origin.node) if origin is not None and origin.node is not None else None
-    return provenance.user_line(trace, provenance.torch_install_dir()) if trace is not None else None
+    return user_line(trace, torch_install_dir()) if trace is not None else None
 
 
 def _minify_target(results: StageResults) -> str:

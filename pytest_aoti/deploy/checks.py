@@ -68,7 +68,7 @@ def _interpreter_env(workdir: Path) -> dict[str, str]:
 
 
 def _defined_in(op_name: str) -> str:
-    from pytest_aoti.core.cache import custom_op_function
+    from pytest_aoti.core.cache_key import custom_op_function
 
     function = custom_op_function(op_name)
     module = sys.modules.get(getattr(function, "__module__", ""), None)
@@ -114,7 +114,7 @@ def check_standalone(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any],
     interpreter (``pytest_aoti.verify``). Returns what the fresh interpreter printed; raises
     :class:`AOTIDeployError` naming what the package needs that a deployment would lack."""
     __tracebackhide__ = True
-    from pytest_aoti.core.cache import custom_op_names
+    from pytest_aoti.core.cache_key import custom_op_names
 
     bundled = _bundled(compiled, args, kwargs, workdir)
     run = subprocess.run(
@@ -155,7 +155,7 @@ def check_device_matrix(compiled: Any, args: Sequence[Any], kwargs: dict[str, An
     one line per GPU; raises :class:`AOTIDeployError` naming each index that failed. A CPU package is checked on
     ``cpu``: there is no index to vary."""
     __tracebackhide__ = True
-    from pytest_aoti.core.cache import custom_op_function, custom_op_names
+    from pytest_aoti.core.cache_key import custom_op_function, custom_op_names
 
     bundled = _bundled(compiled, args, kwargs, workdir)
     count = torch.cuda.device_count() if compiled.device.type == "cuda" else 0

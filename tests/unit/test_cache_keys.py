@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_aoti.core.cache import package_key  # noqa: E402
+from pytest_aoti.core.cache_key import package_key  # noqa: E402
 
 
 class Small(torch.nn.Module):

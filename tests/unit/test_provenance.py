@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 from pytest_aoti.core.protocol import Outcome
+from pytest_aoti.core.source_lines import SourceLine
 from pytest_aoti.debug import kernel_log, provenance
 from pytest_aoti.debug.child import ChildRun
 from pytest_aoti.debug.reporting import headline, user_properties
@@ -64,7 +65,7 @@ def test_launches_in_order_with_the_users_innermost_line(tmp_path: Path) -> None
         "extern_kernel_of_a_custom_op",
     ]
     linear = sources[3]
-    assert linear.lines == (provenance.SourceLine(MODELS, 60, "forward", "return self.fc(y)"),)
+    assert linear.lines == (SourceLine(MODELS, 60, "forward", "return self.fc(y)"),)
     assert provenance.where(linear, Path("/work")) == "at suite/aoti_models.py:60 in forward: return self.fc(y)"
     assert provenance.where(linear, Path("/elsewhere")) == f"at {MODELS}:60 in forward: return self.fc(y)"
     assert provenance.where(sources[4]) == "no source line recorded (op: my_op)"
@@ -114,7 +115,7 @@ def test_this_runs_export_names_the_lines_of_a_cached_package(tmp_path: Path) ->
     moved = 'File "/checkout-b/aoti_models.py", line 70, in forward\n    y = maybe_crash(torch.sin(x) * 2 + x)'
     sources = provenance.read_kernel_sources(_package(tmp_path, CRASHY_INFO), {"maybe_crash": moved})
     assert sources[1].lines == (
-        provenance.SourceLine("/checkout-b/aoti_models.py", 70, "forward", "y = maybe_crash(torch.sin(x) * 2 + x)"),
+        SourceLine("/checkout-b/aoti_models.py", 70, "forward", "y = maybe_crash(torch.sin(x) * 2 + x)"),
     )
     assert sources[2].lines[0].line == 53  # no trace of this run for add_1/cos: the package's
 
@@ -132,7 +133,7 @@ def test_a_crash_frame_in_any_of_pytest_aotis_subpackages_is_not_the_users(tmp_p
         kernel_log.CrashFrame(compiler.__file__, 250, "__call__"),
         kernel_log.CrashFrame(str(test_file), 2, "test_crash"),
     ]
-    assert provenance.user_frame(frames) == provenance.SourceLine(str(test_file), 2, "test_crash", "compiled(x)")
+    assert provenance.user_frame(frames) == SourceLine(str(test_file), 2, "test_crash", "compiled(x)")
 
 
 def test_a_failure_that_is_not_a_crash_points_at_the_last_kernel_not_the_call_after_it(tmp_path: Path) -> None:

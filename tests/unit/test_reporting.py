@@ -12,10 +12,11 @@ import pytest
 
 from pytest_aoti.core.errors import AOTICompileError, failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
+from pytest_aoti.core.source_lines import SourceLine
 from pytest_aoti.debug import kernel_log
 from pytest_aoti.debug.child import ChildRun, _outcome
 from pytest_aoti.debug.crash_route import stamp
-from pytest_aoti.debug.provenance import SourceLine, user_frame
+from pytest_aoti.debug.provenance import user_frame
 from pytest_aoti.debug.reporting import (
     headline,
     isolated_reports,
@@ -290,7 +291,8 @@ _CPU_ERROR_LOG = "Error: index out of bounds: 0 <= tmp3 < 10L\nException raised 
 
 
 def test_a_cpu_bounds_check_verdict_names_the_bad_input_and_the_lookup_line(tmp_path: Path) -> None:
-    from pytest_aoti.debug.provenance import KernelSource, SourceLine
+    from pytest_aoti.core.source_lines import SourceLine
+    from pytest_aoti.debug.provenance import KernelSource
 
     assert kernel_log.bounds_check(_CPU_ERROR_LOG) == "index out of bounds: 0 <= tmp3 < 10"
     kernel = "cpp_fused_add_embedding_native_layer_norm_0"
@@ -498,4 +500,5 @@ def test_the_public_verdict_lives_with_the_hooks_and_holds_each_fact_once(tmp_pa
     ]
     from pytest_aoti.debug import verdict as old_home
 
-    assert old_home.PublicVerdict is PublicVerdict  # conftests that annotate with it keep importing it
+    with pytest.warns(DeprecationWarning, match=r"import it from pytest_aoti\.hookspecs"):
+        assert old_home.PublicVerdict is PublicVerdict  # conftests that annotate with it keep importing it
