@@ -425,3 +425,35 @@ def test_looponfail_says_debug_reruns_are_off(pytester: pytest.Pytester) -> None
     assert "no subprocesses: --looponfail (-f) runs each loop in a process that pytest-xdist gives only" in output
     assert "verdict: not rerun: --looponfail (-f)" in output, output
     assert "INTERNALERROR" not in output
+
+
+def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+
+        @pytest.mark.aoti_isolate
+        def test_isolated():
+            pass
+
+        @pytest.mark.aoti_ima
+        def test_debugged(aoti_device):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "--trace", "--aoti-device=cpu")
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_isolated*",
+            "*test_user.py::test_isolated: @pytest.mark.aoti_isolate needs a fresh subprocess, and --trace debugs*",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_a_json_target_without_benchmarks_is_named_in_the_header(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one(): pass\n")
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "--aoti-benchmark-json=b.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aoti benchmarks: off; --aoti-benchmark-json writes nothing without --aoti-benchmark"])
+    assert not (pytester.path / "b.json").exists()

@@ -51,13 +51,3 @@ def test_a_run_that_was_not_judged_shows_no_ratio() -> None:
     unjudged, slower = summary_table([_record(NOT_JUDGED, 0.01), _record("slower", 1.8)])[-2:]
     assert " not judged " in unjudged and "0.01x" not in unjudged
     assert "1.80x SLOWER" in slower
-
-
-def test_a_json_target_without_benchmarks_is_named_in_the_header(pytester: pytest.Pytester) -> None:
-    from tests.conftest import plugin_args
-
-    pytester.makepyfile(test_one="def test_one(): pass\n")
-    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "--aoti-benchmark-json=b.json")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["aoti benchmarks: off; --aoti-benchmark-json writes nothing without --aoti-benchmark"])
-    assert not (pytester.path / "b.json").exists()

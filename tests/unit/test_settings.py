@@ -11,19 +11,6 @@ from pytest_aoti.debug.options import item_debug
 from pytest_aoti.settings import item_settings
 
 
-def _marked(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
-    pytester.makepyfile(
-        test_user=f"""
-        import pytest
-
-        @pytest.mark.{marker}
-        def test_marked(aoti_device):
-            pass
-        """
-    )
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider")
-
-
 def _marked_beside_a_plain_test(pytester: pytest.Pytester, marker: str) -> pytest.RunResult:
     pytester.makepyfile(
         test_user=f"""
@@ -69,6 +56,9 @@ def _marked_beside_a_plain_test(pytester: pytest.Pytester, marker: str) -> pytes
         ("aoti(allow_nonfinite='false')", "aoti: allow_nonfinite= expected True or False, got 'false'"),
         ("aoti(restride_inputs=1)", "aoti: restride_inputs= expected True or False, got 1"),
         ("aoti(allow_out_of_range='yes')", "aoti: allow_out_of_range= expected True or False, got 'yes'"),
+        ("aoti_deploy(threads=-1)", "aoti_deploy: threads= expected a whole number >= 0, got -1"),
+        ("aoti_deploy(num_runners=0)", "aoti_deploy: num_runners= expected a whole number >= 1, got 0"),
+        ("aoti_deploy(standalone='yes')", "aoti_deploy: standalone= expected True or False, got 'yes'"),
     ],
 )
 def test_a_bad_marker_argument_fails_only_its_test(pytester: pytest.Pytester, marker: str, message: str) -> None:
@@ -82,23 +72,6 @@ def test_a_bad_marker_argument_fails_only_its_test(pytester: pytest.Pytester, ma
     )
     assert "INTERNALERROR" not in result.stdout.str()
     assert "Traceback" not in result.stdout.str()
-
-
-@pytest.mark.parametrize(
-    ("marker", "message"),
-    [
-        ("aoti_deploy(threads=-1)", "aoti_deploy: threads= expected a whole number >= 0, got -1"),
-        ("aoti_deploy(num_runners=0)", "aoti_deploy: num_runners= expected a whole number >= 1, got 0"),
-        ("aoti_deploy(standalone='yes')", "aoti_deploy: standalone= expected True or False, got 'yes'"),
-    ],
-)
-def test_bad_marker_arguments_are_one_clear_error(pytester: pytest.Pytester, marker: str, message: str) -> None:
-    result = _marked(pytester, marker)
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(
-        ["*ERROR collecting test_user.py*", f"*test_user.py::test_marked: @pytest.mark.{message}*"]
-    )
-    assert "INTERNALERROR" not in result.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -218,30 +191,6 @@ def test_header_says_where_minify_applies_without_debug(pytester: pytest.Pyteste
     alone.stdout.fnmatch_lines(["aoti: * (minify and sanitizer apply to tests marked aoti_ima only: add --aoti-debug*"])
     with_debug = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--aoti-minify", "--aoti-debug")
     assert "apply to tests marked aoti_ima only" not in with_debug.stdout.str()
-
-
-def test_a_test_marked_aoti_isolate_is_refused_under_a_debugger(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_user="""
-        import pytest
-
-        @pytest.mark.aoti_isolate
-        def test_isolated():
-            pass
-
-        @pytest.mark.aoti_ima
-        def test_debugged(aoti_device):
-            pass
-        """
-    )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--trace", "--aoti-device=cpu")
-    result.stdout.fnmatch_lines(
-        [
-            "*ERROR at setup of test_isolated*",
-            "*test_user.py::test_isolated: @pytest.mark.aoti_isolate needs a fresh subprocess, and --trace debugs*",
-        ]
-    )
-    assert "INTERNALERROR" not in result.stdout.str()
 
 
 @pytest.mark.parametrize(
