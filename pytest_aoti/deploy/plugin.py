@@ -85,18 +85,29 @@ def _deploy_check(config: pytest.Config) -> bool:
     return bool(option_value(config, "aoti_deploy_check")[0])
 
 
+_marker_problem_key = pytest.StashKey[str]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> Generator[None, Any, Any]:
-    """Check each test's ``aoti_deploy`` marker as it is collected: a bad one is a collection error naming the test,
-    the same with or without xdist (a usage error raised in a worker would be an INTERNALERROR)."""
+    """Check each test's ``aoti_deploy`` marker as it is collected: a bad one fails that test alone, at its setup,
+    with one line naming the test (as a bad ``aoti_ima`` argument does), and the rest of the session runs. The same
+    with or without xdist (a usage error raised in a worker would be an INTERNALERROR)."""
     result = yield
     for item in result if isinstance(result, list) else [result]:
         if isinstance(item, pytest.Item):
             try:
                 item.stash[deploy_request_key] = deploy_request(item, item.config.stash[deploy_check_key])
             except pytest.UsageError as error:
-                raise collector.CollectError(str(error)) from None
+                item.stash[_marker_problem_key] = str(error)
     return result
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problem = item.stash.get(_marker_problem_key, None)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)  # before any fixture: nothing is built for checks that cannot run
 
 
 def _flag(value: Any, where: str, name: str) -> bool:

@@ -1,6 +1,7 @@
 """The deployment checks' errors without a compile: what the stand-alone check says when a fresh interpreter cannot
 rebuild the package's outputs (the text a 2-layer BERT's package printed there: its outputs are a Hugging Face
-ModelOutput), and the ``aoti_deploy`` markers that would check nothing, refused at collection naming the test."""
+ModelOutput), and the ``aoti_deploy`` markers that would check nothing, refused naming the test: that test alone fails,
+at setup."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_an_unregistered_output_type_names_the_module_to_import() -> None:
         ("aoti_deploy(threads=True)", "aoti_compile", "threads= expected a whole number >= 0, got True"),
     ],
 )
-def test_a_deploy_marker_that_checks_nothing_is_a_collection_error(
+def test_a_deploy_marker_that_checks_nothing_fails_only_its_test(
     pytester: pytest.Pytester, marker: str, fixture: str, message: str
 ) -> None:
     pytester.makepyfile(
@@ -63,11 +64,17 @@ def test_a_deploy_marker_that_checks_nothing_is_a_collection_error(
         @pytest.mark.{marker}
         def test_marked({fixture}):
             pass
+
+        def test_after():
+            pass
         """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"*test_user.py::test_marked: @pytest.mark.aoti_deploy: {message}*"])
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of test_marked*", f"*test_user.py::test_marked: @pytest.mark.aoti_deploy: {message}*"]
+    )
+    assert "Traceback" not in result.stdout.str()
 
 
 def test_a_module_marker_applies_to_the_tests_that_build_packages(pytester: pytest.Pytester) -> None:
