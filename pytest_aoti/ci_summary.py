@@ -135,12 +135,10 @@ class StepSummary:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        from pytest_aoti.cache.session import cache_stats
-        from pytest_aoti.core.cache import cache_summary
+        from pytest_aoti.cache.stats import summary_line
 
-        stats = cache_stats(config)
         properties = report_properties(config, DEBUG_PROPERTIES)
-        text = markdown(terminalreporter.stats, int(exitstatus), cache_summary(stats) if stats else None, properties)
+        text = markdown(terminalreporter.stats, int(exitstatus), summary_line(config), properties)
         try:
             with open(self.target, "a", encoding="utf-8") as summary:
                 summary.write(text)

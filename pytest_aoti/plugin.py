@@ -15,11 +15,9 @@ import pytest
 
 from pytest_aoti import fixtures, roles
 from pytest_aoti import settings as aoti_settings
-from pytest_aoti.cache.options import cache_settings_key
-from pytest_aoti.cache.session import CACHE_PLUGIN_BLOCKED, cache_key
+from pytest_aoti.cache.options import header_part as cache_header
 from pytest_aoti.core import torch_versions
 from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
-from pytest_aoti.core.remote_cache import remote_cache_header
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.debug import options as debug_options
 from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
@@ -165,19 +163,11 @@ def _device_header(config: pytest.Config, setting: str) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    settings, debug, options = (
-        config.stash[settings_key],
-        config.stash[debug_settings_key],
-        config.stash.get(cache_settings_key, None),
-    )
-    if options is None:
-        cache = CACHE_PLUGIN_BLOCKED
-    else:
-        cache = f"{options.cache_dir} (cap {options.cache_max_bytes >> 20} MiB)" if options.use_cache else "off"
-        cache += remote_cache_header(options.remote_cache, options.remote_cache_off)
+    settings, debug = config.stash[settings_key], config.stash[debug_settings_key]
     header = (
         f"aoti: device={_device_header(config, settings.device)}, debug={'on' if debug.debug else 'off'}, "
-        f"isolate={'on' if debug.isolate else 'off'}, rerun timeout={debug.rerun_timeout:g}s, cache={cache}"
+        f"isolate={'on' if debug.isolate else 'off'}, rerun timeout={debug.rerun_timeout:g}s, "
+        f"cache={cache_header(config)}"
     )
     if debug.crash_guard is CrashGuard.ONE_WORKER:
         header += ", crash guard: one xdist worker (a crash fails only its test)"
@@ -214,10 +204,3 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     quiet_torch_trace()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    config = session.config
-    cache = config.stash.get(cache_key, None)
-    if cache is not None and hasattr(config, "workeroutput"):
-        config.workeroutput["aoti_cache_stats"] = cache.stats.as_dict()

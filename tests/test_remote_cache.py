@@ -284,7 +284,7 @@ def test_a_refused_entry_is_recompiled_and_replaced_and_readonly_writes_nothing(
     cached = runner_c.lookup(key)
     assert cached is not None and cached.read_bytes() == package.read_bytes()
     assert (runner_c.stats.hits, runner_c.stats.remote_hits, runner_c.stats.saved_seconds) == (1, 1, 3.0)
-    from pytest_aoti.core.cache import cache_summary
+    from pytest_aoti.cache.stats import cache_summary
 
     assert cache_summary([runner_c.stats.as_dict()]).startswith("aoti cache: 1 hits (1 remote), 0 misses")
     assert runner_c.lookup(key) == cached and runner_c.stats.remote_hits == 1  # the second lookup is local

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core.cache import default_cache_dir
-from pytest_aoti.core.remote_cache import RemoteSettings
+from pytest_aoti.core.remote_cache import RemoteSettings, remote_cache_header
 from pytest_aoti.settings import add_option, option_value, positive_number
 
 CACHE_DIR_DESC = "directory of the compiled-package cache (default: ~/.cache/pytest-aoti)"
@@ -35,6 +35,10 @@ CACHE_UNSIGNED_DESC = (
     "their checksum, so anyone who can write to the server can run code on this machine"
 )
 DEFAULT_CACHE_MAX_MB = 2048
+# The name ``-p no:`` blocks the cache plugin by (``--trace-config`` shows it): its options go with it, and the
+# session runs without a package cache, as under --aoti-no-cache (the header says why).
+CACHE_PLUGIN = "pytest_aoti.cache.plugin"
+CACHE_PLUGIN_BLOCKED = f"off (-p no:{CACHE_PLUGIN})"
 
 
 @dataclass(frozen=True)
@@ -134,3 +138,13 @@ def _refuse_an_unreadable_url(url: str, source: str) -> None:
 
 
 cache_settings_key = pytest.StashKey[CacheSettings]()
+
+
+def header_part(config: pytest.Config) -> str:
+    """The ``cache=`` part of the ``aoti:`` header line: the cache dir and its cap, or off (and why where the cache
+    plugin is blocked), then the remote cache."""
+    settings = config.stash.get(cache_settings_key, None)
+    if settings is None:
+        return CACHE_PLUGIN_BLOCKED
+    part = f"{settings.cache_dir} (cap {settings.cache_max_bytes >> 20} MiB)" if settings.use_cache else "off"
+    return part + remote_cache_header(settings.remote_cache, settings.remote_cache_off)

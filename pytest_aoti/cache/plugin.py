@@ -1,5 +1,6 @@
-"""The package cache as a pytest plugin: its options (``cache.options``), ``--aoti-cache-clear``, why each package
-missed (under ``-v``), and Inductor's CPU vector-ISA probe, paid once per machine.
+"""The package cache as a pytest plugin: its options (``cache.options``), ``--aoti-cache-clear``, its statistics over
+the xdist workers (``cache.stats``), why each package missed (under ``-v``), and Inductor's CPU vector-ISA probe,
+paid once per machine.
 
 Each miss is named under ``-v``, below the ``aoti`` section's cache line, with what differs from the test's nearest
 entry (``core.cache_miss``); the test's JUnit properties hold it too (``aoti_cache_miss``), and ``--aoti-html`` shows
@@ -23,7 +24,7 @@ import pytest
 from pytest_aoti import roles
 from pytest_aoti.cache import options as cache_options
 from pytest_aoti.cache.options import CacheSettings, cache_settings_key
-from pytest_aoti.cache.session import cache_stats
+from pytest_aoti.cache.stats import WorkerStats, cache_stats, miss_lines, summary_line
 from pytest_aoti.core import isa_verdicts
 from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
 from pytest_aoti.roles import Role
@@ -44,10 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
         clear_cache_dir(settings.cache_dir)  # the ISA verdicts too; a dir not marked as a cache is left alone
     if settings.use_cache:
         config.pluginmanager.register(CacheSession(settings), "aoti-cache")
+        config.pluginmanager.register(WorkerStats(config), "aoti-cache-stats")
 
 
 class CacheSession:
-    """The ISA probes' verdicts handed to later processes, and the misses named under ``-v``."""
+    """The ISA probes' verdicts handed to later processes; a child's cache line, and the misses named under ``-v``."""
 
     def __init__(self, settings: CacheSettings) -> None:
         self.settings = settings
@@ -62,11 +64,14 @@ class CacheSession:
 
     @pytest.hookimpl(trylast=True)  # after the aoti section's cache line (debug.parent)
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        """Under ``-v``, a line per package that missed the cache, in this process and in every xdist worker."""
+        """A child's own cache line, in its log (did a debug stage load its package or compile it?); the user's
+        session has it in the ``aoti`` section. Under ``-v``, a line per package that missed the cache, in this
+        process and in every xdist worker."""
+        child_line = summary_line(config) if roles.role(config) is Role.CHILD else None
+        if child_line is not None:
+            terminalreporter.write_line(child_line)
         if config.get_verbosity() < 1:
             return
-        from pytest_aoti.core.cache import miss_lines
-
         for line in miss_lines(cache_stats(config)):
             terminalreporter.write_line(line)
 

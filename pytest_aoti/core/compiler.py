@@ -42,9 +42,8 @@ from pytest_aoti.core.errors import (
 )
 from pytest_aoti.core.invariants import (
     ProgramSpec,
+    check_call_outputs,
     check_inputs,
-    check_outputs,
-    dtypes_as_eager_returns,
     flatten_inputs,
     program_spec,
 )
@@ -354,23 +353,25 @@ class CompiledModel:
             raise
         return outputs, bound
 
-    def _check_outputs(self, outputs: Any, bound: dict[Any, int], nonfinite_ok: bool) -> None:
+    def _check_outputs(
+        self, outputs: Any, bound: dict[Any, int], nonfinite_ok: bool, eager_outputs: Any = None
+    ) -> None:
+        """Hold a call's outputs to the package's spec (:func:`pytest_aoti.core.invariants.check_call_outputs`).
+        With ``eager_outputs``, the dtypes eager returns where the exported program's metadata says another hold for
+        this call and every later one; a note for each, also given as a warning."""
         __tracebackhide__ = True
         try:
-            check_outputs(self.spec, pytree.tree_leaves(outputs), self.device, bound, allow_nonfinite=nonfinite_ok)
-        except Exception as error:
+            checked = check_call_outputs(
+                self.spec, outputs, self.device, bound, allow_nonfinite=nonfinite_ok, eager_outputs=eager_outputs
+            )
+        except Exception as error:  # the device failed under the check (a CUDA error is sticky)
             self._note_poisoned(error)
             raise
-
-    def dtypes_as_eager_returns(self, eager_outputs: Any) -> list[str]:
-        """Check the outputs' dtypes against ``eager_outputs``' where the exported program's metadata disagrees
-        with them (:func:`pytest_aoti.core.invariants.dtypes_as_eager_returns`), for this call and every later
-        one; a note for each, also given as a warning."""
-        self.spec, notes = dtypes_as_eager_returns(self.spec, pytree.tree_leaves(eager_outputs))
-        for note in notes:
+        self.spec = checked.spec
+        for note in checked.dtype_notes:
             warn_at_users_line(f"pytest-aoti: {self.package_path.name}: {note}", AOTIDtypeFromEagerWarning)
-        self.eager_over_metadata.extend(notes)
-        return notes
+        self.eager_over_metadata.extend(checked.dtype_notes)
+        checked.raise_if_broken()
 
     def release(self) -> None:
         """Unload the package (its extraction dir goes with it); calls after this raise."""
@@ -895,15 +896,14 @@ def _package_then_eager(
 ) -> tuple[Any, Any]:
     """The package's outputs (its inputs checked first) and eager's, each on its own copy of the inputs. The
     package's outputs are checked once eager has said what they are: the exported program's metadata can be wrong
-    about a dtype (:meth:`CompiledModel.dtypes_as_eager_returns`)."""
+    about a dtype (:func:`pytest_aoti.core.invariants.check_call_outputs`)."""
     __tracebackhide__ = True
     restride, out_of_range_ok = compiled.restride_inputs, compiled.allow_out_of_range
     with capture.package() if capture else contextlib.nullcontext():
         actual, bound = compiled._run_checked_inputs(*package_inputs, allow_nonfinite, restride, out_of_range_ok)
     with torch.no_grad(), capture.eager() if capture else contextlib.nullcontext():
         expected = module(*eager_inputs[0], **eager_inputs[1])
-    compiled.dtypes_as_eager_returns(expected)
-    compiled._check_outputs(actual, bound, allow_nonfinite)
+    compiled._check_outputs(actual, bound, allow_nonfinite, eager_outputs=expected)
     return actual, expected
 
 

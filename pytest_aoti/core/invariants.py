@@ -663,7 +663,50 @@ def _shape_error(
     )
 
 
-def check_outputs(
+@dataclass(frozen=True)
+class CheckedOutputs:
+    """One call's outputs held to the package's spec (:func:`check_call_outputs`).
+
+    ``spec``: the spec they were held to, which the calls after this one keep: the package's, with eager's dtype for
+    each output where the exported program's metadata said another (``dtype_notes``: one note each). ``error``: the
+    first invariant the outputs broke, or None. It is returned rather than raised so that what eager taught about
+    the dtypes is kept even by a call that fails."""
+
+    spec: ProgramSpec
+    dtype_notes: tuple[str, ...] = ()
+    error: AOTIInvariantError | None = None
+
+    def raise_if_broken(self) -> None:
+        __tracebackhide__ = True
+        if self.error is not None:
+            raise self.error
+
+
+def check_call_outputs(
+    spec: ProgramSpec,
+    outputs: Any,
+    device: torch.device,
+    bound: dict[sympy.Symbol, int],
+    *,
+    allow_nonfinite: bool = False,
+    eager_outputs: Any = None,
+) -> CheckedOutputs:
+    """The one check of a package call's outputs (a pytree, as the package returned them): each on ``device``, of
+    its dtype and of the shape the dims ``bound`` by the inputs give, and finite unless ``allow_nonfinite``. With
+    ``eager_outputs`` (eager's outputs on the same inputs, as ``aoti_check`` has them), the dtypes are eager's first
+    where the exported program's metadata disagrees with them (:func:`_dtypes_as_eager_returns`)."""
+    __tracebackhide__ = True
+    notes: list[str] = []
+    if eager_outputs is not None:
+        spec, notes = _dtypes_as_eager_returns(spec, pytree.tree_leaves(eager_outputs))
+    try:
+        _check_outputs(spec, pytree.tree_leaves(outputs), device, bound, allow_nonfinite=allow_nonfinite)
+    except AOTIInvariantError as error:
+        return CheckedOutputs(spec, tuple(notes), error)
+    return CheckedOutputs(spec, tuple(notes))
+
+
+def _check_outputs(
     spec: ProgramSpec,
     flat_outputs: Sequence[Any],
     device: torch.device,
@@ -698,7 +741,7 @@ def check_outputs(
             _check_finite("output", index, None, value)
 
 
-def dtypes_as_eager_returns(spec: ProgramSpec, eager_outputs: Sequence[Any]) -> tuple[ProgramSpec, list[str]]:
+def _dtypes_as_eager_returns(spec: ProgramSpec, eager_outputs: Sequence[Any]) -> tuple[ProgramSpec, list[str]]:
     """``spec`` with each output dtype that eager's flat outputs disagree with replaced by eager's, and a note for
     each. The exported program's output metadata can be wrong where an op's fake implementation is: torch 2.11 on
     CUDA promises float32 for the ``inverse`` of ``torch.unique``, which eager and the package both return as

@@ -117,15 +117,6 @@ class ChildSession:
         if self.report_file:
             write_report(self.config, report, self.report_file)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The child's own cache line, in its log: whether a debug stage loaded its package or compiled it."""
-        from pytest_aoti.cache.session import cache_stats
-        from pytest_aoti.debug.reporting import cache_summary
-
-        stats = cache_stats(self.config)
-        if stats:
-            terminalreporter.write_line(cache_summary(stats))
-
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
         """Only the test's own warnings go back: those of configuring and collecting ("config", "collect") the
         parent recorded itself, from the same files, and would count again for each child."""

@@ -30,10 +30,10 @@ from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protoc
 
 class XdistController:
     """Registered only where pytest-xdist is: debug reruns for tests that crash their worker, crash reports that
-    say how the worker ended, and the workers' cache statistics for the summary. With ``supervising`` (the session
-    pytest-aoti turned into one xdist worker, whose restarts are not capped), it also stops a run whose crashes
-    cannot be test failures: a worker that dies while collecting, or two tests in a row crashing in setup (a
-    session- or module-scoped fixture that crashes would otherwise crash once per test)."""
+    say how the worker ended. With ``supervising`` (the session pytest-aoti turned into one xdist worker, whose
+    restarts are not capped), it also stops a run whose crashes cannot be test failures: a worker that dies while
+    collecting, or two tests in a row crashing in setup (a session- or module-scoped fixture that crashes would
+    otherwise crash once per test)."""
 
     def __init__(self, config: pytest.Config, *, supervising: bool) -> None:
         self.config = config
@@ -48,7 +48,6 @@ class XdistController:
         self.crashed_in_setup_last = False
         self.stop_reason: str | None = None
         self.session: pytest.Session | None = None
-        self.worker_cache_stats: dict[int, dict[str, Any]] = {}  # each worker's last, by id(node): see testnodedown
 
     def _session_stops(self) -> bool:
         session = self.session
@@ -93,8 +92,6 @@ class XdistController:
             self.crashed_in_setup_last = False
         elif report.when == "call":
             self.call_reported.add(report.nodeid)
-        if record.cache_stats is not None:
-            self.worker_cache_stats[id(getattr(report, "node", None))] = record.cache_stats
         yield
         # The teardown is logged once every plugin has logged the crash report, not from inside one of their hooks:
         # pytest-html and junitxml close a test's row on its teardown report and drop what comes after.
@@ -159,14 +156,7 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_aoti.cache.session import worker_stats_key
-
         workeroutput = getattr(node, "workeroutput", {})
-        # A worker that crashed sends nothing at its end: its statistics as of its last teardown report stand.
-        last_reported = self.worker_cache_stats.pop(id(node), None)
-        stats = workeroutput.get("aoti_cache_stats") or last_reported
-        if stats:
-            self.config.stash.setdefault(worker_stats_key, []).append(stats)
         exited = workeroutput.get(WORKER_EXIT)
         if isinstance(exited, dict):
             pytest.exit(str(exited.get("reason")), returncode=exited.get("returncode"))

@@ -20,13 +20,11 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.cache.session import cache_key
 from pytest_aoti.core import phases
 from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.fixtures import device_property_key
-from pytest_aoti.roles import Role, role
 
 ExceptionInfo = pytest.ExceptionInfo[BaseException]
 
@@ -50,8 +48,6 @@ class ReportRecord:
     ``poisoned_cuda``: the CUDA context of the process was unusable after this test.
     ``verdict``: the rendered verdict's summary, for the ``aoti`` terminal summary.
     ``crashed``: a report the controller made for a test that crashed its worker.
-    ``cache_stats``: on an xdist worker's teardown report, the worker's package-cache statistics so far (the
-    controller keeps each worker's last: a worker that crashes sends no ``workeroutput`` at its end).
     ``temp_root``: beside ``debug_request``, the controller's basetemp as the worker knows it (its ``--basetemp``'s
     parent): where the controller keeps the logs of the debug rerun it runs should the worker crash."""
 
@@ -62,7 +58,6 @@ class ReportRecord:
     poisoned_cuda: bool = False
     verdict: VerdictSummary | None = None
     crashed: bool = False
-    cache_stats: dict[str, Any] | None = None
     temp_root: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,9 +116,6 @@ def stamp_test_report(item: pytest.Item, report: pytest.TestReport, excinfo: Exc
         # A plain str: xdist's wire format (execnet) takes no str subclass.
         changes["failure_kind"] = str(failure_kind(excinfo.value))
         changes["reached_aoti"] = phases.announced() is not None
-    cache = item.config.stash.get(cache_key, None)
-    if report.when == "teardown" and cache is not None and role(item.config) is Role.WORKER:
-        changes["cache_stats"] = cache.stats.as_dict()
     if changes:
         stamp(report, **changes)
 

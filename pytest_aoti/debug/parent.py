@@ -408,8 +408,7 @@ class ParentSession:
             gc.freeze()
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        from pytest_aoti.cache.session import cache_stats
-        from pytest_aoti.debug.reporting import cache_summary
+        from pytest_aoti.cache.stats import summary_line
 
         verdicts: list[str] = []
         poisoned: list[str] = []
@@ -427,14 +426,14 @@ class ParentSession:
                         "subprocesses"
                     )
                 poisoned += _hook_errors(report)
-        stats = cache_stats(config)
-        if not verdicts and not poisoned and not stats:
+        cache_line = summary_line(config)  # the package cache's, over every xdist worker
+        if not verdicts and not poisoned and cache_line is None:
             return
         terminalreporter.write_sep("=", "aoti")
         for line in [*verdicts, *poisoned]:
             terminalreporter.write_line(line)
-        if stats:
-            terminalreporter.write_line(cache_summary(stats))
+        if cache_line is not None:
+            terminalreporter.write_line(cache_line)
         if children_dir_key in config.stash:
             note = config.stash.get(children_note_key, None)
             shown = f" ({note})" if note else ""

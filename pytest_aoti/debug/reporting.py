@@ -3,7 +3,7 @@ reports; the cache line. Nothing else formats what pytest-aoti shows."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 
@@ -627,10 +627,3 @@ def isolated_reports(
     for report in completed[1:]:
         report.sections.append(note)
     return [*reports, *completed]
-
-
-def cache_summary(stats: list[dict[str, Any]]) -> str:
-    """One line over the cache statistics of this process and of every xdist worker (rendered by the cache)."""
-    from pytest_aoti.core.cache import cache_summary as cache_line
-
-    return cache_line(stats)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti.cache.stats import summary_line
 from pytest_aoti.debug.records import PROPERTIES as DEBUG_PROPERTIES
 from pytest_aoti.hookspecs import PropertyRole, ReportProperties, report_properties
 from pytest_aoti.pictures.page import Findings, findings_html, page_html, record_section, shown_as_text
@@ -136,7 +137,7 @@ class FindingsCollector:
         from pytest_aoti.shared.report_files import write_report
 
         shown = [test for test in self.tests.values() if test.properties or test.pictures or test.notes]
-        problem = write_report(self.target, page_html(shown, self.known, _cache_line(self.config)))
+        problem = write_report(self.target, page_html(shown, self.known, summary_line(self.config)))
         if problem is not None:  # checked at start; the disk may have changed since
             self.written = f"aoti html: {problem}"
             _lost_report(session)
@@ -183,12 +184,3 @@ def _base64(picture: Picture) -> str:
 
     assert picture.png is not None
     return base64.b64encode(picture.png).decode()
-
-
-def _cache_line(config: pytest.Config) -> str | None:
-    """The cache summary the terminal shows, over this process's and every xdist worker's statistics."""
-    from pytest_aoti.cache.session import cache_stats
-    from pytest_aoti.core.cache import cache_summary
-
-    stats = cache_stats(config)
-    return cache_summary(stats) if stats else None

@@ -30,7 +30,7 @@ from torch.export import ExportedProgram
 
 from pytest_aoti.core.compiler import one_line, tolerance_value
 from pytest_aoti.core.errors import AOTICompileError
-from pytest_aoti.core.invariants import check_inputs, check_outputs, literal_value, spec_from_json
+from pytest_aoti.core.invariants import check_call_outputs, check_inputs, literal_value, spec_from_json
 from pytest_aoti.shared.bundled_io import FORMAT, IO_MEMBER, archive_root, write_bundled_io
 from pytest_aoti.shared.environment import environment, environment_diff
 from pytest_aoti.shared.errors import AOTIVerifyError
@@ -220,7 +220,7 @@ def verify_package(
             if run_device.type == "cuda":
                 torch.cuda.synchronize(run_device)
             leaves = pytree.tree_leaves(outputs)
-            check_outputs(spec, leaves, run_device, bound)
+            check_call_outputs(spec, outputs, run_device, bound).raise_if_broken()
         except AssertionError as error:
             raise AOTIVerifyError(f"{path}: {error}\n{env_line}") from None
         except RuntimeError as error:  # the package's own error (a kernel, a custom op, the runtime's checks)

@@ -169,23 +169,6 @@ def test_a_worker_that_called_pytest_exit_ends_the_run_with_its_code(config: pyt
     assert stopped.value.returncode == 7
 
 
-def test_a_crashed_workers_cache_statistics_are_its_last_reported(config: pytest.Config) -> None:
-    """A worker that crashes sends no workeroutput: the aoti cache line still counts what it did, as of the last
-    teardown report it sent. A worker that ends normally reports its final figures."""
-    from pytest_aoti.cache.session import worker_stats_key
-
-    controller, _ = _controller(config, supervising=False)  # -n workers
-    crashed, ended = FakeNode(), FakeNode()
-    as_of_teardown = {"hits": 1, "misses": 0, "refused": []}
-    config.hook.pytest_runtest_logreport(report=_worker_report("teardown", node=crashed, cache_stats=as_of_teardown))
-    config.hook.pytest_runtest_logreport(report=_worker_report("teardown", node=ended, cache_stats={"hits": 5}))
-    ended.workeroutput["aoti_cache_stats"] = {"hits": 6, "misses": 1, "refused": []}
-    controller.pytest_testnodedown(node=crashed, error="Not properly terminated")
-    controller.pytest_testnodedown(node=ended, error=None)
-    assert config.stash[worker_stats_key] == [as_of_teardown, {"hits": 6, "misses": 1, "refused": []}]
-    assert controller.worker_cache_stats == {}
-
-
 def test_a_replacement_worker_starts_from_the_sessions_failure_count(config: pytest.Config) -> None:
     controller, _ = _controller(config)
     session = pytest.Session.from_config(config)

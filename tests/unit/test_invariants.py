@@ -224,7 +224,7 @@ class _Unique(torch.nn.Module):
 def test_output_dtypes_follow_eager_where_the_exported_metadata_is_wrong() -> None:
     """torch 2.11 on CUDA exports the unique model with float32 metadata for ``inverse``, which eager and the package
     return as int64. Here the CPU export's metadata is made as wrong as that one, in place."""
-    from pytest_aoti.core.invariants import check_outputs, dtypes_as_eager_returns
+    from pytest_aoti.core.invariants import check_call_outputs
 
     x = torch.tensor([3.0, 1.0, 2.0, 3.0, 1.0])
     ep = torch.export.export(_Unique(), (x,))
@@ -232,18 +232,37 @@ def test_output_dtypes_follow_eager_where_the_exported_metadata_is_wrong() -> No
     inverse.meta["val"] = inverse.meta["val"].to(torch.float32)
     spec = program_spec(ep)
     assert [o.dtype for o in spec.outputs if o is not None] == [torch.float32, torch.float32]
-    eager = list(_Unique()(x))
-    ran = list(ep.module()(x))  # what the package returns: the op's real kernel, int64
+    eager = _Unique()(x)
+    ran = ep.module()(x)  # what the package returns: the op's real kernel, int64
     with pytest.raises(AOTIInvariantError, match=r"output 1: dtype invariant violated: expected torch.float32"):
-        check_outputs(spec, ran, CPU, {})
+        check_call_outputs(spec, ran, CPU, {}).raise_if_broken()
 
-    trusted, notes = dtypes_as_eager_returns(spec, eager)
+    checked = check_call_outputs(spec, ran, CPU, {}, eager_outputs=eager)
+    trusted, notes = checked.spec, list(checked.dtype_notes)
     assert notes == [
         "output 1: the exported program says torch.float32, eager returns torch.int64; the package's output is "
         "checked against eager's torch.int64 (torch's output metadata is wrong here)"
     ]
-    check_outputs(trusted, ran, CPU, {})
+    checked.raise_if_broken()
     # A package that returned what the metadata said is now held to what eager returns.
     with pytest.raises(AOTIInvariantError, match=r"output 1: dtype invariant violated: expected torch.int64, got"):
-        check_outputs(trusted, [ran[0], ran[1].float()], CPU, {})
-    assert dtypes_as_eager_returns(trusted, eager) == (trusted, [])
+        check_call_outputs(trusted, (ran[0], ran[1].float()), CPU, {}).raise_if_broken()
+    again = check_call_outputs(trusted, ran, CPU, {}, eager_outputs=eager)
+    assert (again.spec, again.dtype_notes, again.error) == (trusted, (), None)
+
+
+def test_a_call_that_breaks_an_invariant_keeps_what_eager_taught_about_the_dtypes() -> None:
+    """The dtype eager returns is kept for later calls even when this call's outputs fail (here: a NaN)."""
+    from pytest_aoti.core.invariants import check_call_outputs
+
+    x = torch.tensor([3.0, 1.0, 2.0, 3.0, 1.0])
+    ep = torch.export.export(_Unique(), (x,))
+    inverse = next(n for n in ep.graph.nodes if n.op == "output").args[0][1]
+    inverse.meta["val"] = inverse.meta["val"].to(torch.float32)
+    values, indices = ep.module()(x)
+    checked = check_call_outputs(
+        program_spec(ep), (values * float("nan"), indices), CPU, {}, eager_outputs=_Unique()(x)
+    )
+    assert [o.dtype for o in checked.spec.outputs if o is not None] == [torch.float32, torch.int64]
+    assert len(checked.dtype_notes) == 1
+    assert checked.error is not None and checked.error.invariant == "output_nonfinite"

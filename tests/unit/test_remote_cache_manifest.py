@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.core.cache import cache_summary
+from pytest_aoti.cache.stats import cache_summary
 from pytest_aoti.core.remote_cache import (
     FORGED,
     OTHER_SECRET,
