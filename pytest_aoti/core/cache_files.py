@@ -9,7 +9,8 @@ read until memory runs out. So every file pytest-aoti reads from a cache dir is 
 - refused when larger than the limit its caller gives, before anything is read (and if it grows meanwhile).
 
 A refused file is :class:`RefusedCacheFile`, whose text is one line saying what was found; callers treat it as they
-treat a corrupt entry (recompile, probe again), and say so once (:func:`warn_once`).
+treat a corrupt entry (recompile, probe again), and say so once (:func:`warn_once`): ``pytest-aoti: <path> is a FIFO,
+not a regular file; refused: the ISA probes run instead``.
 """
 
 from __future__ import annotations
@@ -65,15 +66,21 @@ def _open_below(root: Path, path: Path) -> int:
         parts, directory = (path.name,), os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
-            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            try:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    problem = f"{path} is reached through {part}, a symlink or no directory, which is not followed"
+                    raise RefusedCacheFile(problem) from error
+                raise
             os.close(directory)
             directory = below
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        return os.open(parts[-1], flags, dir_fd=directory)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            raise RefusedCacheFile(f"{path} is reached through a symlink: not followed") from error
-        raise
+        try:
+            return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.EMLINK):
+                raise RefusedCacheFile(f"{path} is a symlink, not a regular file") from error
+            raise
     finally:
         os.close(directory)
 
@@ -115,4 +122,4 @@ def warn_once(refused: RefusedCacheFile, consequence: str) -> None:
     if text in _warned:
         return
     _warned.add(text)
-    warnings.warn(AOTICacheWarning(f"pytest-aoti: {text}: refused, {consequence}"), stacklevel=3)
+    warnings.warn(AOTICacheWarning(f"pytest-aoti: {text}; refused: {consequence}"), stacklevel=3)

@@ -70,7 +70,9 @@ def test_a_record_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path: 
     with pytest.raises(RefusedCacheFile) as refused:
         _within_deadline(lambda: read_cache_file(record, RECORD_LIMIT))
     assert str(refused.value).startswith(str(record)) and "\n" not in str(refused.value)
-    expected = {"fifo": "is a FIFO", "oversized": "more than the", "/dev/zero": "symlink", "/dev/urandom": "symlink"}
+    symlink = "is a symlink, not a regular file"
+    expected = {"fifo": "is a FIFO, not a regular file", "oversized": "more than the", "/dev/zero": symlink}
+    expected["/dev/urandom"] = symlink
     assert expected[kind] in str(refused.value)
 
 
@@ -83,7 +85,7 @@ def test_an_isa_record_that_is_refused_answers_nothing_and_says_so_once(tmp_path
         assert _within_deadline(lambda: isa_verdicts.read_record(record)) == isa_verdicts.IsaRecord()
         assert _within_deadline(lambda: isa_verdicts.read_record(record)) == isa_verdicts.IsaRecord()
     lines = [str(w.message) for w in seen if issubclass(w.category, AOTICacheWarning)]
-    assert len(lines) == 1 and "refused, the ISA probes run instead" in lines[0], lines
+    assert len(lines) == 1 and "; refused: the ISA probes run instead" in lines[0], lines
 
 
 def test_a_regular_record_reached_through_a_symlinked_dir_below_the_cache_is_refused(tmp_path: Path) -> None:
@@ -93,7 +95,7 @@ def test_a_regular_record_reached_through_a_symlinked_dir_below_the_cache_is_ref
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "ab").symlink_to(elsewhere)
-    with pytest.raises(RefusedCacheFile, match="through a symlink"):
+    with pytest.raises(RefusedCacheFile, match="is reached through ab, a symlink or no directory, which is not"):
         read_cache_file(cache / "ab" / "record.json", RECORD_LIMIT, root=cache)
     # The cache dir itself may be a symlink (the user's choice), and a plain record in it is read.
     linked_root = tmp_path / "linked-cache"
@@ -126,7 +128,7 @@ def test_an_entry_that_is_not_a_regular_file_is_a_corrupt_entry_refused_at_once(
         assert _within_deadline(lambda: cache.lookup(KEY)) is None
     assert cache.stats.corrupt == 1 and cache.stats.misses == 1
     lines = [str(w.message) for w in seen if issubclass(w.category, AOTICacheWarning)]
-    assert len(lines) == 1 and "refused, read as a corrupt entry" in lines[0], lines
+    assert len(lines) == 1 and "; refused: read as a corrupt entry" in lines[0], lines
     assert Path("/dev/zero").exists() and not os.path.lexists(target)  # the link went, never what it points to
     # The next store writes a good entry in its place.
     built = cache.root / "again.pt2"
@@ -143,7 +145,7 @@ def test_a_sidecar_that_is_a_fifo_is_skipped_when_a_miss_is_explained(tmp_path: 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert _within_deadline(lambda: list(cache._entries_with_parts())) == []
-    assert any("refused, not compared with" in str(w.message) for w in seen)
+    assert any("; refused: not compared with" in str(w.message) for w in seen)
 
 
 def test_a_package_that_grew_past_its_recorded_size_is_corrupt_without_a_warning(tmp_path: Path) -> None:
