@@ -28,6 +28,7 @@ from pytest_aoti.settings import item_settings, settings_key
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
 pytest_plugins = [
     "pytest_aoti.cache.plugin",
+    "pytest_aoti.cache.fleet",
     "pytest_aoti.pictures.plugin",
     "pytest_aoti.benchmark.plugin",
     "pytest_aoti.snapshots.plugin",

@@ -1,0 +1,136 @@
+"""The models of ``bench/fleet.py``: real architectures from transformers, built from tiny configs in code (random
+weights, seeded; nothing downloaded). Each is named by its transformers ``model_type``; :func:`build` returns the
+model in eval mode and its example inputs, the same for pytest-aoti's tests and for the hand-written loop.
+
+A tiny config is the architecture's own config with its sizes made small (:data:`SMALL`: only the fields the config
+has), ``use_cache=False`` so no cache object is returned. The inputs are ``input_ids`` (1 x 8), with
+``decoder_input_ids`` for an encoder-decoder.
+
+``ALL`` is the list for the GPU form (``--models all``); ``CPU`` the few for CI's 2 cores (``--models cpu``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+# Sizes every tiny config gets where its config class has the field. Heads divide every hidden size below.
+SMALL: dict[str, Any] = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "d_model": 32,
+    "n_embd": 32,
+    "dim": 32,
+    "embed_dim": 32,
+    "num_hidden_layers": 2,
+    "num_layers": 2,
+    "n_layer": 2,
+    "n_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "num_decoder_layers": 2,
+    "num_attention_heads": 4,
+    "num_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 37,
+    "encoder_ffn_dim": 37,
+    "decoder_ffn_dim": 37,
+    "d_ff": 37,
+    "n_inner": 37,
+    "hidden_dim": 37,
+    "ffn_dim": 37,
+    "d_kv": 8,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+    "n_positions": 64,
+    "use_cache": False,
+}
+
+SEQUENCE = 8
+
+# Text architectures whose tiny config builds and runs eagerly on input_ids (checked with
+# ``python bench/fleet_models.py --check``). Kept as a list so that a run names what it compiles.
+ALL: tuple[str, ...] = ()
+
+# The CPU form: six different families (encoder, decoders with and without rotary embeddings, an encoder-decoder).
+CPU: tuple[str, ...] = ("bert", "gpt2", "llama", "opt", "t5", "distilbert")
+
+
+def tiny_config(model_type: str) -> Any:
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(model_type)
+    small = {name: value for name, value in SMALL.items() if hasattr(default, name)}
+    return AutoConfig.for_model(model_type, **small)
+
+
+def build(model_type: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The model (eval, seeded weights) and its inputs: ``(model, args, kwargs)``."""
+    import torch
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    config = tiny_config(model_type)
+    model = AutoModel.from_config(config).eval()
+    vocab = int(getattr(config, "vocab_size", 99) or 99)
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, min(vocab, 99), (1, SEQUENCE), generator=generator)
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters and config.is_encoder_decoder:
+        kwargs["decoder_input_ids"] = ids.clone()
+    return model, (), kwargs
+
+
+def selection(name: str) -> tuple[str, ...]:
+    """``all``, ``cpu`` or a comma-separated list of model types."""
+    if name == "all":
+        return ALL
+    if name == "cpu":
+        return CPU
+    return tuple(part for part in name.split(",") if part)
+
+
+def _candidates() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    return sorted(MODEL_MAPPING_NAMES)
+
+
+def _check(model_type: str, export: bool) -> str | None:
+    """None where the tiny model builds and runs (and exports, with ``export``), else why not."""
+    import torch
+
+    try:
+        model, args, kwargs = build(model_type)
+        if "input_ids" not in inspect.signature(model.forward).parameters:
+            return "takes no input_ids"
+        with torch.no_grad():
+            model(*args, **kwargs)
+        if export:
+            torch.export.export(model, args, kwargs, strict=False)
+    except Exception as error:  # an architecture the generic tiny config does not fit
+        return f"{type(error).__name__}: {str(error)[:120]}"
+    return None
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="check which architectures build from a tiny config")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--export", action="store_true", help="export each too")
+    parser.add_argument("--models", default="", help="model types (default: every AutoModel type)")
+    options = parser.parse_args()
+    names = selection(options.models) if options.models else tuple(_candidates())
+    fine = []
+    for name in names:
+        problem = _check(name, options.export)
+        print(f"{name}: {problem or 'ok'}", file=sys.stderr, flush=True)
+        if problem is None:
+            fine.append(name)
+    print(repr(tuple(fine)))
