@@ -101,11 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
-    """Whether to plan the fork server ahead of need: in the process pytest was started as (``pytest.main()``
-    inside a test or a script starts one at its first child instead), when tests will run and may have children.
-    Planned, it is launched at the first test that uses a pytest-aoti fixture, beside that test's compile, and not
-    at the first child: on 2 cores a run with failures to debug took 96.4 s with it started ahead of need against
-    113.1 s with it started at the first child (docs/benchmarks.md)."""
+    """Whether to plan the fork server ahead of need: in the process pytest was started as (``pytest.main()`` inside a
+    test or a script starts one at its first child instead), when tests will run and may have children. Planned, it is
+    launched at the first test that uses a pytest-aoti fixture, beside that test's compile, and not at the first child:
+    a run with failures to debug is faster that way (docs/benchmarks.md#children-and-the-fork-server)."""
     if debug.no_children_reason or not roles.started_as_pytest(config):
         return False
     return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))

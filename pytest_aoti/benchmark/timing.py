@@ -24,8 +24,9 @@ BLOCK_SECONDS = 0.01  # each block runs its call this long, give or take: long e
 MIN_BLOCKS = 10  # rounds a run needs before it can be judged; fewer: too few blocks to say anything
 MAX_BLOCKS = 500
 # A run stops after this many times its planned time (and at least OVERRUN_SECONDS), with whatever rounds it has (at
-# least 2): a model whose one call takes longer than the planned time would otherwise hold the test for MIN_BLOCKS
-# calls of each side. On a 2-core machine shared with six test suites, rounds of a tiny model took 1-3 s.
+# least 2): a model whose one call takes longer than the planned time would otherwise hold the test for MIN_BLOCKS calls
+# of each side. A busy shared machine stretches even a tiny model's rounds
+# (docs/benchmarks.md#the-benchmark-gate-on-a-shared-machine).
 OVERRUN_FACTOR = 10
 OVERRUN_SECONDS = 60.0
 WARMUP_CALLS = 3

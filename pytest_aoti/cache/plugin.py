@@ -7,8 +7,9 @@ entry (``core.cache_miss``); the test's JUnit properties hold it too (``aoti_cac
 it with the test's other properties. A miss with no earlier entry to compare with (each compile of a cold run) is
 only counted, in the cache line.
 
-Inductor's ISA probes (one build and one Python per candidate ISA) run before a fresh process's first compile: ~35 s
-on the H100 machine, in each xdist worker and debug child. Their verdicts depend only on the CPU, torch and the C++
+Inductor's ISA probes (one build and one Python per candidate ISA) run before a fresh process's first compile, in
+each xdist worker and debug child: the longest wait of a fresh process on a GPU machine
+(docs/benchmarks.md#inductors-isa-probes). Their verdicts depend only on the CPU, torch and the C++
 compiler, so they are recorded in the cache dir (``core.isa_verdicts``), which this session names in
 ``PYTEST_AOTI_ISA_RECORD`` for itself and the processes it starts: its xdist workers and debug children read it. That
 part is :class:`CacheSession`, registered as ``aoti-cache`` while the cache is on (``-p no:aoti-cache`` turns it

@@ -122,7 +122,9 @@ def validate_inductor_configs(configs: dict[str, Any] | None) -> dict[str, Any]:
     values Inductor would fail on late or read other than they say (:func:`_config_value_problem`)."""
     __tracebackhide__ = hide_usage_errors
     if not configs:
-        return {}  # importing torch._inductor.config costs ~1.6 s: not on a cache hit without configs
+        # Not on a cache hit without configs: importing torch._inductor.config is slow
+        # (docs/benchmarks.md#importing-inductor).
+        return {}
     if not isinstance(configs, dict):
         raise AOTITypeError(f"inductor_configs: expected a dict, got {type(configs).__name__}")
     known = inductor_config_defaults()
@@ -480,8 +482,9 @@ def _load_package(path: Path, device: torch.device, num_runners: int = 1, run_si
     if problem is not None:
         raise AOTICompileError(f"{path.name}: {problem}", stage="load")
     try:
-        # The package loader aoti_load_package ends up in, without importing Inductor (~1.5 s per process, most of
-        # a warm cached run). Anything it cannot load goes through aoti_load_package itself.
+        # The package loader aoti_load_package ends up in, without importing Inductor: that import is most of a warm
+        # cached run (docs/benchmarks.md#importing-inductor). Anything it cannot load goes through aoti_load_package
+        # itself.
         runner = AOTICompiledModel(package_loader(str(path), run_single_threaded, num_runners, device_index))
     except RuntimeError:
         try:

@@ -1,9 +1,9 @@
 """Inductor's CPU ISA probes: their answers, in one record per machine, and the one call before a compile.
 
-Inductor probes each vector ISA the CPU advertises before its first CPU compile in a process (``cpu_vec_isa.py``:
-the base probe, then avx512-bf16, avx512-vnni, AMX and AMX-fp16), each a build and a fresh Python that loads it:
-seconds on a CPU runner, tens of seconds on a GPU machine (docs/benchmarks.md). Their verdicts depend only on the
-CPU, torch and the C++ compiler, so they are recorded in the package cache dir, in one file per machine
+Inductor probes each vector ISA the CPU advertises before its first CPU compile in a process (``cpu_vec_isa.py``: the
+base probe, then avx512-bf16, avx512-vnni, AMX and AMX-fp16), each a build and a fresh Python that loads it: seconds on
+a CPU runner, tens of seconds on a GPU machine (docs/benchmarks.md#inductors-isa-probes). Their verdicts depend only on
+the CPU, torch and the C++ compiler, so they are recorded in the package cache dir, in one file per machine
 (``isa-checks-<identity>.json``: a record of another CPU, compiler or torch is another file, never read), which the
 session names in ``PYTEST_AOTI_ISA_RECORD`` for its xdist workers and children.
 

@@ -2,8 +2,8 @@
 moves or drops one, this is the file to change. docs/torch-private-apis.md lists each with the torch releases
 .ci/run checks it on (``torch_versions.TESTED``) and what happens where it is missing.
 
-Imports that cost time (Inductor: ~1.5 s) happen inside the functions, when they are called, never at import: a warm
-cached run loads packages without importing Inductor at all.
+Imports that cost time (Inductor's, ``docs/benchmarks.md#importing-inductor``) happen inside the functions, when they
+are called, never at import: a warm cached run loads packages without importing Inductor at all.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ def inductor_config_snapshot() -> dict[str, Any]:
 
 
 def inductor_config_defaults() -> dict[str, Any]:
-    """Every Inductor config key with its value (importing the config costs ~1.6 s when torch.export has not)."""
+    """Every Inductor config key with its value. Importing the config is slow where torch.export has not imported it
+    (docs/benchmarks.md#importing-inductor): only when called."""
     import torch._inductor.config as inductor_config
 
     copy = getattr(inductor_config, "get_config_copy", None)
@@ -266,10 +267,10 @@ def run_vector_isa_probes() -> None:
     """Inductor's CPU vector-ISA probes, all of them (the base probe and the avx512-bf16, avx512-vnni and AMX
     builds), cached in this process: a fork inherits the verdicts. Nothing to do where Inductor has no such list.
 
-    ``valid_vec_isa_list`` probes the ISAs the CPU advertises one after the other, each probe a build and a Python
-    that loads it (one that imports torch, before torch 2.13): 22.5 s on the H200 machine. They are independent,
-    so each candidate ISA is probed in a thread of its own first (:func:`probe_side_by_side`), and the list then
-    answers from their cached verdicts."""
+    ``valid_vec_isa_list`` probes the ISAs the CPU advertises one after the other, each probe a build and a Python that
+    loads it (one that imports torch, before torch 2.13): tens of seconds on a GPU machine
+    (docs/benchmarks.md#inductors-isa-probes). They are independent, so each candidate ISA is probed in a thread of its
+    own first (:func:`probe_side_by_side`), and the list then answers from their cached verdicts."""
     global _vector_isas_probed
     if _vector_isas_probed:  # every verdict is cached on its ISA: a fork inherits them
         return

@@ -89,7 +89,7 @@ import torch  # noqa: E402
 def load_built_here(package, device_index):
     """The runner of a package this machine's torch built, from the loader aoti_load_package ends in. Before it,
     aoti_load_package compares the package's vector ISA with this CPU's, which Inductor finds by building and running
-    a probe per ISA (a Python each, ~45 s on a GPU machine): versions.json has answered that already."""
+    a probe per ISA (a Python each: tens of seconds on a GPU machine): versions.json has answered that already."""
     try:
         try:
             from torch.export.pt2_archive._package import AOTICompiledModel

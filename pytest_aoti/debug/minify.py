@@ -117,8 +117,9 @@ def serve_judges() -> int:
 
 
 class _JudgeServer:
-    """The minify side of ``--judge-server``. Saves each judge the ~3 s of importing torch and Inductor (the server
-    imports while the search loads the bundle and runs its eager pass). Linux and CPU graphs only: a forked process
+    """The minify side of ``--judge-server``. Saves each judge the import of torch and Inductor, most of a judge's
+    time (docs/benchmarks.md#importing-inductor): the server imports while the search loads the bundle and runs its
+    eager pass. Linux and CPU graphs only: a forked process
     cannot use a CUDA context its parent touched, and checking for CUDA touches it."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
@@ -475,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the bundle directory is required")
     if options.judge:
         verdict = judge(options.bundle)
-        gc.freeze()  # skip shutdown's final collection over torch's objects (~1 s per candidate); see child_session
+        gc.freeze()  # skip shutdown's final collection over torch's objects, a cost per candidate; see child_session
         return verdict
     if options.values:
         save_values(options.bundle, options.values)

@@ -38,8 +38,8 @@ MINIFY_DESC = (
 )
 MINIFY_BUDGET_DESC = "seconds stage minify may search before keeping the smallest failing graph found (default 300)"
 DEFAULT_FLAKY_RERUNS = 2
-# Each extra run is a child (~3 s on a CPU, more on a GPU) for every failure that does not reproduce: past a handful,
-# more runs say little more about flakiness and can hold a failing suite for an hour.
+# Each extra run is a child for every failure that does not reproduce (docs/benchmarks.md#children-and-the-fork-server):
+# past a handful, more runs say little more about flakiness and can hold a failing suite for an hour.
 MAX_FLAKY_RERUNS = 10
 FLAKY_RERUNS_DESC = (
     "when a debug rerun's first stage does not reproduce the failure, run it up to this many more times (with the "
@@ -90,7 +90,7 @@ class DebugRequest:
     minify_budget: float = DEFAULT_MINIFY_BUDGET
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS
     # The test uses a pytest-aoti fixture, so its stages compile: only then is a fork server worth starting or waiting
-    # for (a test without one is rerun in a fresh interpreter, ~2 s).
+    # for (a test without one is rerun in a fresh interpreter, which starts faster than a server warms up).
     compiles: bool = True
 
 

@@ -401,9 +401,10 @@ class ParentSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """The supervised worker is a process pytest-aoti added, not the user's interpreter: once its reports are
-        sent, skip shutdown's final garbage collection over every object torch made (~1 s on 2 cores), which the
-        controller would wait for. The controller, the process the user started, ends as it always does."""
+        """The supervised worker is a process pytest-aoti added, not the user's interpreter: once its reports are sent,
+        skip shutdown's final garbage collection over every object torch made, which the controller would wait for
+        (docs/benchmarks.md#skipping-the-final-garbage-collection). The controller, the process the user started, ends
+        as it always does."""
         if getattr(config, "workerinput", {}).get(SUPERVISED_WORKER):
             gc.freeze()
 

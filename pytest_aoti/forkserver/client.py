@@ -223,11 +223,11 @@ def own_server() -> ForkServer | None:
 
 
 def _socket_path(*, for_a_compile: bool) -> str | None:
-    """The socket of a ready server: this process's own (launched now for a compile if it was only planned), else
-    the one a parent process handed down (whose socket appears once it is ready), else one started now. A child
-    that will not compile (``for_a_compile`` false) takes only a server that is ready now: it starts fresh in ~2 s,
-    faster than a server warms up for it. Nobody waits for a handed-down server that is only planned: the parent
-    may never launch it."""
+    """The socket of a ready server: this process's own (launched now for a compile if it was only planned), else the
+    one a parent process handed down (whose socket appears once it is ready), else one started now. A child that will
+    not compile (``for_a_compile`` false) takes only a server that is ready now: it starts fresh faster than a server
+    warms up for it (docs/benchmarks.md#children-and-the-fork-server). Nobody waits for a handed-down server that is
+    only planned: the parent may never launch it."""
     handed_down = os.environ.get(FORK_SERVER_ENV, "").strip()
     if turned_off():
         return None
