@@ -96,8 +96,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if (debug.debug or debug.isolate) and not is_xdist_worker and _warm_server_wanted(config, debug):
         # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
         # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment. It is
-        # launched when the first test that uses a pytest-aoti fixture is set up (debug/parent.py).
-        plan_server()
+        # launched when the first test that uses a pytest-aoti fixture is set up (debug/parent.py). Under
+        # --aoti-debug its children are mostly debug stages: it imports torch as they want it.
+        from pytest_aoti.debug.stages import READ_ONCE_STAGE_ENV
+
+        plan_server(READ_ONCE_STAGE_ENV if debug.debug else None)
 
 
 def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:

@@ -7,6 +7,7 @@ refused."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import struct
@@ -318,6 +319,39 @@ def test_sigterm_leaves_no_verify_dir_behind(
     assert said in log
     _wait_gone(interpreter)
     assert left_behind(watched_tmpdir) == []
+
+
+def test_a_killed_runs_verify_dir_is_removed_by_the_next_run(
+    pytester: pytest.Pytester, shipped: Shipped, watched_tmpdir: Path
+) -> None:
+    """SIGKILL to a run that verifies packages leaves its ``pytest-aoti-verify-*`` dir (nothing runs in a killed
+    process): the next run that verifies removes it, and never the dir of a run that is alive, nor one it did not
+    make (issue #62 item 14)."""
+    pytester.makepyfile(hangs_on_import=HANGS_ON_IMPORT)
+    shutil.copy(shipped.dist / "mlp.pt2", pytester.path / "mlp.pt2")
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    alive = watched_tmpdir / "pytest-aoti-verify-alive"
+    alive.mkdir()
+    (alive / "owner").write_text(f"{namespace} {os.getpid()}")
+    not_ours = watched_tmpdir / "pytest-aoti-verify-not-ours"  # no owner: not made by a verifying run
+    not_ours.mkdir()
+    killed = pytester.popen(
+        [sys.executable, "-m", "pytest_aoti.verify", "--import=hangs_on_import", "mlp.pt2"],
+        stdin=pytester.CLOSE_STDIN,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _pid_written(pytester.path / "interpreters.txt", killed)
+    finally:
+        killed.kill()
+        killed.wait()
+    _wait_gone(int((pytester.path / "interpreters.txt").read_text()))
+    left = sorted(set(left_behind(watched_tmpdir)) - {alive.name, not_ours.name})
+    assert len(left) == 1 and left[0].startswith("pytest-aoti-verify-"), left
+    run = pytester.run(sys.executable, "-m", "pytest_aoti.verify", "mlp.pt2", timeout=600)
+    assert run.ret == 0, run.stdout.str() + run.stderr.str()
+    assert left_behind(watched_tmpdir) == sorted([alive.name, not_ours.name])
 
 
 def _default_sigterm() -> None:

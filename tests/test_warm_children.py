@@ -6,7 +6,9 @@ One real server for the module (its warm-up imports torch and Inductor and runs 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +43,11 @@ def server() -> Iterator[client.ForkServer]:
     client.stop_server()
 
 
-def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tuple[int, str, bool]:
-    """Run ``pytest`` in ``directory`` as the plugin runs its children; returns (exit status, log, forked)."""
+def _child(
+    directory: Path, name: str, env: dict[str, str] | None = None, *, refused_is_fresh: bool = False
+) -> tuple[int, str, bool]:
+    """Run ``pytest`` in ``directory`` as the plugin runs its children; returns (exit status, log, forked). A child
+    the server refuses starts fresh where ``refused_is_fresh``, as debug/child.py starts it."""
     log = directory / f"{name}.log"
     command = [
         sys.executable,
@@ -52,6 +57,8 @@ def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tup
         *plugin_args(),
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:randomly",  # draws as the interpreter starts them, not from a seed of the run
         "-s",
         "-q",
         f"--basetemp={directory}/{name}.bt",
@@ -59,6 +66,12 @@ def _child(directory: Path, name: str, env: dict[str, str] | None = None) -> tup
     # A package cache of the test's own: a package compiled by another run in another mode is never loaded.
     child_env = {**os.environ, "XDG_CACHE_HOME": str(directory / "xdg"), **(env or {})}
     forked = client.start_forked(command, env=child_env, cwd=directory, log_path=log)
+    if forked is None and refused_is_fresh:
+        with log.open("wb") as output:
+            returncode = subprocess.run(
+                command, cwd=directory, env=child_env, stdout=output, stderr=subprocess.STDOUT, timeout=900
+            ).returncode
+        return returncode, log.read_text(), False
     assert forked is not None, "the server refused a plain child"
     return forked.wait(900), log.read_text(), log.read_text().startswith(FORKED_MARK)
 
@@ -81,6 +94,133 @@ def test_a_stage_environment_takes_effect_in_a_warm_child(server: client.ForkSer
     code, log, forked = _child(tmp_path, "plain")
     assert forked and code == 0, log
     assert "after_launch" not in log, log  # and the next child, without it, is back to the default
+
+
+# What a child's test sees of what torch and the interpreter read once (at import, or at first use), as one JSON line.
+EFFECTS_TEST = """
+import json
+import sys
+import warnings
+
+import torch
+
+
+def test_effects():
+    try:
+        torch.empty(2).view(3)
+    except RuntimeError as error:
+        cpp_frames = "Exception raised from" in str(error)
+    numpy = sys.modules.get("numpy")
+    effects = {
+        "threads": torch.get_num_threads(),
+        "cpp_frames": cpp_frames,
+        "allocator": torch._C._accelerator_getAllocatorSettings(),
+        "torch_draw": torch.rand(1).item(),
+        "warning_filters": [repr(f) for f in warnings.filters],
+        "numpy_draw": float(numpy.random.rand()) if numpy is not None else None,
+    }
+    print("EFFECTS " + json.dumps(effects))
+"""
+# Each drawn afresh by every fresh interpreter: a fork must not repeat its siblings' (torch's and numpy's global
+# generators).
+_PER_PROCESS = ("torch_draw", "numpy_draw")
+_STAGE_KERNELS = {
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "AOTI_RUNTIME_CHECK_INPUTS": "1",
+    "TORCHINDUCTOR_NAN_ASSERTS": "1",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+    "INDUCTOR_PROVENANCE": "1",
+    "AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL": "O0",
+    "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER": "3",
+}
+
+
+def _effects(log: str) -> dict[str, object]:
+    line = next((line for line in log.splitlines() if line.startswith("EFFECTS ")), None)
+    assert line is not None, log
+    effects: dict[str, object] = json.loads(line.removeprefix("EFFECTS "))
+    return effects
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"OMP_NUM_THREADS": "1"},
+        {"MKL_NUM_THREADS": "1"},
+        {"TORCH_SHOW_CPP_STACKTRACES": "1"},
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        _STAGE_KERNELS,
+    ],
+    ids=[
+        "as the server",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "TORCH_SHOW_CPP_STACKTRACES",
+        "allocator",
+        "stage kernels",
+    ],
+)
+def test_a_warm_child_starts_as_a_fresh_one_would(
+    server: client.ForkServer, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """What torch reads once (thread counts, C++ stack traces, allocator settings: each variable the stages set, and
+    the ones users commonly set) and what an interpreter starts with (warning filters, random state) are in a child
+    the fork server gives as they are in a fresh interpreter with the same environment; where a fork cannot give
+    them, the server refuses and the child starts fresh (issue #62 items 7, 13)."""
+    (tmp_path / "test_effects.py").write_text(EFFECTS_TEST)
+    code, log, forked = _child(tmp_path, "warm", env, refused_is_fresh=True)
+    assert code == 0, log
+    warm, cold = _effects(log), _fresh_effects(tmp_path, env)
+    for key in _PER_PROCESS:
+        warm.pop(key), cold.pop(key)
+    assert warm == cold, f"forked: {forked}"
+    if env in ({}, {"OMP_NUM_THREADS": "1"}):
+        assert forked  # the server gives these itself
+    if not env:  # two forks draw as two fresh interpreters do: apart
+        _, sibling, _ = _child(tmp_path, "sibling")
+        for key in _PER_PROCESS:
+            assert _effects(sibling)[key] != _effects(log)[key], key
+
+
+def _fresh_effects(directory: Path, env: dict[str, str]) -> dict[str, object]:
+    """:data:`EFFECTS_TEST`'s effects in a fresh interpreter with ``env``."""
+    log = directory / "fresh.log"
+    command = [sys.executable, "-u", "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly"]
+    with log.open("wb") as output:
+        fresh = subprocess.run(
+            [*command, "-s", "-q", f"--basetemp={directory}/fresh.bt"],
+            cwd=directory,
+            env={**os.environ, "XDG_CACHE_HOME": str(directory / "xdg"), **env},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
+    assert fresh.returncode == 0, log.read_text()
+    return _effects(log.read_text())
+
+
+def test_a_server_started_for_the_debug_stages_forks_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --aoti-debug the server imports torch with what the stages set and torch reads once
+    (``READ_ONCE_STAGE_ENV``): a stage is forked, with its C++ stack traces, as a fresh stage would be."""
+    from pytest_aoti.debug.stages import READ_ONCE_STAGE_ENV, kernels_env
+
+    stage_server = client.ForkServer(READ_ONCE_STAGE_ENV)
+    try:
+        stage_server.launch()
+        assert stage_server.wait_ready(900), stage_server.unsafe
+        monkeypatch.setattr(client, "_own_server", stage_server)
+        (tmp_path / "test_effects.py").write_text(EFFECTS_TEST)
+        env = kernels_env({})
+        code, log, forked = _child(tmp_path, "warm", env)
+        assert forked and code == 0, log
+        warm, cold = _effects(log), _fresh_effects(tmp_path, env)
+    finally:
+        stage_server.close()
+    for key in _PER_PROCESS:
+        warm.pop(key), cold.pop(key)
+    assert warm == cold and warm["cpp_frames"], (warm, cold)
 
 
 def test_a_crash_in_a_warm_child_leaves_the_server_alive(server: client.ForkServer, tmp_path: Path) -> None:

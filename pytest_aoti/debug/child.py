@@ -86,6 +86,9 @@ class ChildRun:
     error: str | None = None
     timeout: float | None = None
     attempt: int = 1  # the stage's run: 2 and up are extra runs of a stage that did not reproduce the failure
+    # Forked warm from the fork server, with no PYTHONHASHSEED of the user's: its string-hash seed is the server's,
+    # the same in every fork (a fork cannot draw another).
+    shared_hash_seed: bool = False
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # an outcome's name ("crashed") is taken too, and checked
@@ -246,15 +249,19 @@ def _outcome(reports: list[pytest.TestReport], returncode: int | None, nodeid: s
 def _terminate_child_on_exit(process: subprocess.Popen[bytes] | ForkedProcess) -> Iterator[None]:
     """Ctrl-C or SIGTERM in the parent ends the child's process group too (it runs in its own session, where the
     terminal's signals do not reach it). Ctrl-C then goes on as it would have; SIGTERM ends the pytest session with
-    exit status 143, its summary printed, instead of killing it mid-write."""
-    previous = None
+    exit status 143 (:data:`SIGTERM_EXIT`), its summary printed, instead of killing it mid-write. While it waits,
+    Ctrl-C raises KeyboardInterrupt here even where this process hands it on otherwise (an xdist controller passes
+    it to the worker pytest-aoti supervises: debug/controller.py)."""
+    previous_term = previous_int = None
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:
 
         def on_sigterm(signum: int, frame: Any) -> None:
             raise _Terminated
 
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        previous_term = signal.signal(signal.SIGTERM, on_sigterm)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt:
@@ -264,10 +271,16 @@ def _terminate_child_on_exit(process: subprocess.Popen[bytes] | ForkedProcess) -
     except _Terminated:
         signal_group(process.pid, signal.SIGKILL)
         process.wait()
-        pytest.exit("SIGTERM: pytest-aoti ended the isolated child and stops the session", returncode=143)
+        pytest.exit(SIGTERM_EXIT, returncode=143)
     finally:
         if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+            if previous_int is not None:
+                signal.signal(signal.SIGINT, previous_int)
+
+
+# The reason pytest.exit gives when SIGTERM came while a child ran.
+SIGTERM_EXIT = "SIGTERM: pytest-aoti ended its child process and stops the session"
 
 
 class _Terminated(BaseException):
@@ -291,6 +304,7 @@ class _ChildSetup:
     # Whether the child will compile (a debug stage or an isolated test of a test that uses a pytest-aoti fixture):
     # only then is a fork server worth starting or waiting for.
     compiles: bool
+    fresh: bool = False  # a fresh interpreter even where the fork server could fork it (a hash seed of its own)
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
@@ -299,7 +313,14 @@ class _ChildSetup:
 
 
 def _finish(
-    config: pytest.Config, setup: _ChildSetup, returncode: int, timed_out: bool, seconds: float, timeout: float
+    config: pytest.Config,
+    setup: _ChildSetup,
+    returncode: int,
+    timed_out: bool,
+    seconds: float,
+    timeout: float,
+    *,
+    forked: bool,
 ) -> ChildRun:
     shutil.rmtree(setup.tmpdir, ignore_errors=True)
     signal_name = _signal_name(returncode)
@@ -339,6 +360,7 @@ def _finish(
         phases=stream.phases,
         finding=stream.finding,
         exit=stream.exit,
+        shared_hash_seed=forked and setup.environment().get("PYTHONHASHSEED", "random") in ("", "random"),
     )
 
 
@@ -355,10 +377,12 @@ def start_child(
     compiles: bool,
     prefix: tuple[str, ...] = (),
     attempt: int = 1,
+    fresh: bool = False,
 ) -> StartedChild:
     """Start test ``nodeid`` (defined in ``test_path``, when known) alone in a fresh interpreter, with ``env`` on top
     of this process's environment, its command run under ``prefix`` (a tool like compute-sanitizer) if given;
-    ``attempt`` > 1 is another run of the same stage, with its own log. Wait for it with :meth:`StartedChild.wait`."""
+    ``attempt`` > 1 is another run of the same stage, with its own log; ``fresh``: never forked warm. Wait for it
+    with :meth:`StartedChild.wait`."""
     workdir.mkdir(parents=True, exist_ok=True)
     stem = stage if attempt == 1 else f"{stage}.{attempt}"
     report_path = workdir / f"{stem}.reports.jsonl"
@@ -387,6 +411,7 @@ def start_child(
         report_path=report_path,
         tmpdir=tmpdir,
         compiles=compiles,
+        fresh=fresh,
     )
     return StartedChild(config, setup, timeout)
 
@@ -405,6 +430,7 @@ class StartedChild:
                 cwd=setup.cwd,
                 log_path=setup.log_path,
                 compiles=setup.compiles,
+                fresh=setup.fresh,
             )
         except BaseException:
             shutil.rmtree(setup.tmpdir, ignore_errors=True)
@@ -429,7 +455,8 @@ class StartedChild:
             shutil.rmtree(self._setup.tmpdir, ignore_errors=True)
             raise
         seconds = (self._ended or time.monotonic()) - self._started
-        return _finish(self._config, self._setup, returncode, timed_out, seconds, self._timeout)
+        forked = isinstance(self._process, ForkedProcess)
+        return _finish(self._config, self._setup, returncode, timed_out, seconds, self._timeout, forked=forked)
 
     def discard(self) -> None:
         """Not needed after all (or this process is stopping): end it, keeping its log for the curious."""
@@ -454,10 +481,11 @@ def run_process(
 
 
 def _spawn(
-    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, compiles: bool
+    command: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path, compiles: bool, fresh: bool = False
 ) -> subprocess.Popen[bytes] | ForkedProcess:
-    """A warm fork of the session's fork server where it can give one (forkserver/), else a fresh interpreter."""
-    forked = start_forked(command, env=env, cwd=cwd, log_path=log_path, compiles=compiles)
+    """A warm fork of the session's fork server where it can give one (forkserver/) and ``fresh`` is false, else a
+    fresh interpreter."""
+    forked = None if fresh else start_forked(command, env=env, cwd=cwd, log_path=log_path, compiles=compiles)
     if forked is not None:
         return forked
     with log_path.open("wb") as log:  # the child holds its own copy of the descriptor

@@ -7,13 +7,18 @@ one worker keeps pytest's order, counts and exit statuses (:mod:`pytest_aoti.deb
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Generator
+import os
+import signal
+import threading
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
+from pytest_aoti.debug.child import SIGTERM_EXIT
 from pytest_aoti.debug.crash_route import (
     FAILURES_BEFORE,
     SUPERVISED_WORKER,
@@ -25,7 +30,7 @@ from pytest_aoti.debug.crash_route import (
 from pytest_aoti.debug.in_order import InOrderScheduling
 from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted, workers_basetemp_key
-from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit
+from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit, worker_pid
 
 
 class XdistController:
@@ -48,6 +53,8 @@ class XdistController:
         self.crashed_in_setup_last = False
         self.stop_reason: str | None = None
         self.session: pytest.Session | None = None
+        self.worker: int | None = None  # the supervised worker's pid, while it runs
+        self.handed_on: int | None = None  # the signal (SIGINT, SIGTERM) handed on to the supervised worker
 
     def _session_stops(self) -> bool:
         session = self.session
@@ -64,17 +71,62 @@ class XdistController:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """The supervised session stops as pytest's own loop does: ``-x``/``--maxfail`` a failure (exit status 1),
         ``--sw`` an interruption, counted over crash reports too (xdist would make both an interruption)."""
-        try:
-            result = yield
-        except KeyboardInterrupt:  # xdist's Interrupted, when its worker stopped itself
-            if not (self.supervising and self._session_stops()):
-                raise
-            result = True
+        with self._signals_handed_to_the_worker():
+            try:
+                result = yield
+            except KeyboardInterrupt:  # xdist's Interrupted, when its worker stopped itself
+                if not (self.supervising and self._session_stops()):
+                    raise
+                result = True
         if self.supervising and session.shouldfail:
             raise session.Failed(session.shouldfail)
         if self.supervising and session.shouldstop:
             raise session.Interrupted(session.shouldstop)
         return result
+
+    @contextlib.contextmanager
+    def _signals_handed_to_the_worker(self) -> Iterator[None]:
+        """While the supervised worker runs the tests, Ctrl-C and SIGTERM are handed on to it, the first of each
+        kind once (it runs in a session of its own: debug/parent.py), and this process goes on receiving its
+        reports until it ends: a test whose debug rerun the signal stopped is reported, failed, with its verdict
+        (the worker's exit then ends this run: :meth:`pytest_testnodedown`). A second one, or one while no worker
+        runs, acts here at once, as it would have."""
+        if not self.supervising or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if previous[signal.SIGINT] is signal.SIG_IGN:  # started in the background by a shell: Ctrl-C never comes
+            del previous[signal.SIGINT]
+        for sig in previous:
+            signal.signal(sig, self._hand_on)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _hand_on(self, signum: int, frame: Any) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None and self.handed_on is None:
+            try:
+                os.kill(worker, signum)
+            except OSError:
+                pass
+            else:
+                self.handed_on = signum
+                return
+        self._stop_as_signalled(signum)
+
+    @staticmethod
+    def _stop_as_signalled(signum: int) -> NoReturn:
+        if signum == signal.SIGTERM:
+            pytest.exit(SIGTERM_EXIT, returncode=143)
+        raise KeyboardInterrupt
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodeready(self, node: Any) -> None:
+        if self.supervising and self.handed_on is None:
+            self.worker = worker_pid(node)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
@@ -156,10 +208,14 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if self.worker is not None and self.worker == worker_pid(node):
+            self.worker = None
         workeroutput = getattr(node, "workeroutput", {})
         exited = workeroutput.get(WORKER_EXIT)
         if isinstance(exited, dict):
             pytest.exit(str(exited.get("reason")), returncode=exited.get("returncode"))
+        if self.handed_on is not None:  # the worker ended without saying how, after the signal it was handed
+            self._stop_as_signalled(self.handed_on)
         if self.supervising and error and id(node) not in self.collected_nodes:
             pytest.exit(
                 f"pytest-aoti stopped the run: the xdist worker it runs the tests in ended while collecting "

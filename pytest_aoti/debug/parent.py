@@ -16,8 +16,10 @@ import getpass
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Generator
@@ -26,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from pytest_aoti.core import phases
+from pytest_aoti.core import phases, processes
 from pytest_aoti.core.protocol import Stage
-from pytest_aoti.debug.child import ChildRun, replay_warning, start_child
+from pytest_aoti.debug.child import SIGTERM_EXIT, ChildRun, replay_warning, start_child
 from pytest_aoti.debug.crash_route import (
     FAILURES_BEFORE,
     SUPERVISED_WORKER,
@@ -51,6 +53,7 @@ from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.forkserver.client import launch_server
 from pytest_aoti.hookspecs import PublicVerdict
+from pytest_aoti.roles import writes_user_reports
 from pytest_aoti.settings import session_temp_key, settings_key, uses_aoti
 from pytest_aoti.shared.figure_data import attach_figure_data
 
@@ -58,7 +61,7 @@ poisoned_by_key = pytest.StashKey[str]()
 children_dir_key = pytest.StashKey[Path]()
 children_note_key = pytest.StashKey[str]()  # why the children's logs are not under pytest's basetemp
 workers_basetemp_key = pytest.StashKey[str]()  # on an xdist controller: its basetemp, as a worker's report named it
-interrupted_key = pytest.StashKey[bool]()
+interrupted_key = pytest.StashKey[BaseException]()  # what stopped a debug rerun: raised again once its report is logged
 verdict_properties_key = pytest.StashKey[list[tuple[str, object]]]()  # a test's, for its teardown report
 HOOK_ERROR_TITLE = "aoti verdict hook error"
 
@@ -212,9 +215,9 @@ def attach_debug(
                 plan=plan,
                 failure=original,
             )
-        except KeyboardInterrupt:
-            config.stash[interrupted_key] = True
-            verdict = Verdict(report.nodeid, not_rerun="the debug rerun was interrupted (KeyboardInterrupt)")
+        except (KeyboardInterrupt, pytest.exit.Exception) as stop:  # Ctrl-C, SIGTERM (child.SIGTERM_EXIT)
+            config.stash[interrupted_key] = stop
+            verdict = Verdict(report.nodeid, not_rerun=f"the debug rerun was interrupted ({_how_stopped(stop)})")
     rendered = render(verdict, original)
     _publish_verdict(config, report, rendered)
     report.sections.append((SECTION_TITLE, rendered.text))
@@ -236,22 +239,47 @@ def _publish_verdict(config: pytest.Config, report: pytest.TestReport, verdict: 
         report.sections.append((HOOK_ERROR_TITLE, traceback.format_exc()))
 
 
+def _how_stopped(stop: BaseException) -> str:
+    if isinstance(stop, pytest.exit.Exception):
+        return "SIGTERM" if stop.msg == SIGTERM_EXIT else f"pytest.exit: {stop.msg}"
+    return type(stop).__name__
+
+
 def raise_if_interrupted(config: pytest.Config) -> None:
-    """Ctrl-C came during a debug rerun: the report that rerun was for is logged, now the run ends as pytest's
-    does on Ctrl-C."""
-    if config.stash.get(interrupted_key, False):
-        raise KeyboardInterrupt
+    """Ctrl-C or SIGTERM came during a debug rerun: the report that rerun was for is logged, now the run ends as
+    pytest's does on Ctrl-C (or, for SIGTERM, with exit status 143)."""
+    stop = config.stash.get(interrupted_key, None)
+    if stop is not None:
+        raise stop
+
+
+def _signals_through_the_controller() -> None:
+    """The worker pytest-aoti supervises takes Ctrl-C and SIGTERM from its controller only, once each, in a session
+    of its own (a terminal's Ctrl-C to the whole job would reach it a second time, mid-way through logging the
+    report of a test whose debug rerun the first one stopped: debug/controller.py). SIGTERM ends its session with
+    its summary, as it does while a child runs (:data:`SIGTERM_EXIT`); and it dies with its controller."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    processes.die_with_parent()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    pytest.exit(SIGTERM_EXIT, returncode=143)
 
 
 class ParentSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.interrupted_at: pytest.TestReport | None = None
+        self.terminated = False  # SIGTERM ended the run (SIGTERM_EXIT)
         if getattr(config, "workerinput", {}).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
             # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
             # stepwise plugin reads the option when it configures itself, after this).
             config.option.stepwise = config.option.stepwise or config.option.stepwise_skip
             config.option.stepwise_skip = False
+        if getattr(config, "workerinput", {}).get(SUPERVISED_WORKER):
+            _signals_through_the_controller()
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
         if any(self.config.getoption(name, False) for name in ("setupplan", "setuponly")):
@@ -350,8 +378,6 @@ class ParentSession:
                     failure=record.failure_kind,
                     reached_aoti=record.reached_aoti,
                 )
-                if self.config.stash.get(interrupted_key, False):
-                    self.interrupted_at = report
         if report.when == "teardown":
             report.user_properties = [*report.user_properties, *item.stash.get(verdict_properties_key, [])]
         return report
@@ -362,8 +388,12 @@ class ParentSession:
             # A test that uses a pytest-aoti fixture was set up, here or in an xdist worker: the planned fork server
             # warms up beside its compile (a no-op in a worker, or once launched).
             launch_server()
-        if report is self.interrupted_at:  # logged: Ctrl-C came during its debug rerun, now it ends the run
-            raise KeyboardInterrupt
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        """Ctrl-C or SIGTERM came during a debug rerun of this test: its reports are logged, its teardown's with the
+        verdict's JUnit properties (and an xdist worker's sent), now it ends the run."""
+        raise_if_interrupted(self.config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -372,12 +402,29 @@ class ParentSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         session.testsfailed = getattr(self.config, "workerinput", {}).get(FAILURES_BEFORE, 0)
 
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """SIGTERM ended the run while a child ran (exit status 143): pytest writes its terminal summary for the
+        statuses of its own only; the failures so far, and their verdicts, are written all the same (as for
+        Ctrl-C), before pytest's last line."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.terminated and reporter is not None and writes_user_reports(self.config):
+            self.config.hook.pytest_terminal_summary(
+                terminalreporter=reporter, exitstatus=exitstatus, config=self.config
+            )
+
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        """An xdist worker whose test called ``pytest.exit``: the controller ends the run the same way (xdist
-        itself takes the test that was running for a crash)."""
+        """An xdist worker whose test called ``pytest.exit`` (or that SIGTERM stopped), or the supervised worker that
+        Ctrl-C stopped: the controller ends the run the same way (xdist itself would take the test that was running
+        for a crash, and start another worker)."""
+        if isinstance(excinfo.value, pytest.exit.Exception) and excinfo.value.msg == SIGTERM_EXIT:
+            self.terminated = True
         workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None and isinstance(excinfo.value, pytest.exit.Exception):
+        if workeroutput is None:
+            return
+        if isinstance(excinfo.value, pytest.exit.Exception):
             workeroutput[WORKER_EXIT] = {"reason": excinfo.value.msg, "returncode": excinfo.value.returncode}
+        elif getattr(self.config, "workerinput", {}).get(SUPERVISED_WORKER):
+            workeroutput[WORKER_EXIT] = {"reason": "KeyboardInterrupt", "returncode": int(pytest.ExitCode.INTERRUPTED)}
 
     def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """After a failure in this process, probe CUDA: a sticky error (an illegal memory access) poisons the

@@ -350,8 +350,13 @@ def tensors_env(kernels: tuple[str, ...], extra: Mapping[str, str]) -> dict[str,
     return {**sanity, **DEBUG_BUILD_ENV, PRINTER_ENV: "2", **only, **extra}
 
 
+# What every debug stage sets that torch reads once, when it is imported: a fork server started with it forks them all
+# (forkserver/server.py starts fresh a child whose value differs from the server's).
+READ_ONCE_STAGE_ENV = {"TORCH_SHOW_CPP_STACKTRACES": SANITY_ENV["TORCH_SHOW_CPP_STACKTRACES"]}
+
+
 def numerics_env(directory: Path, extra: Mapping[str, str]) -> dict[str, str]:
-    return {PRINTER_ENV: "1", **DEBUG_BUILD_ENV, NUMERICS_ENV: str(directory), **extra}
+    return {PRINTER_ENV: "1", **DEBUG_BUILD_ENV, **READ_ONCE_STAGE_ENV, NUMERICS_ENV: str(directory), **extra}
 
 
 class Started(Protocol):
@@ -613,14 +618,11 @@ def make_verdict(
     bundle, the stages' wall time (``seconds``), the test's own kind of failure (``failure``) and the eager
     replay's origin of a NaN/Inf (``origin``)."""
     kernels, tensors, signals = results.kernels, results.tensors, results.signals
+    seed_note = shared_hash_seed_note(results.runs)
     facts = Verdict(
         nodeid,
         stages=results.runs,
-        notes=(
-            *results.notes,
-            *(() if minify is None or minify.note is None else (minify.note,)),
-            *shared_hash_seed_note(results.runs),
-        ),
+        notes=(*results.notes, *([] if minify is None or minify.note is None else [minify.note]), *seed_note),
         died_in=kernels.died_in if kernels is not None else None,
         last_completed=kernels.last_completed if kernels is not None else None,
         suspects=results.suspects,

@@ -6,7 +6,7 @@ the run still works, with a less specific crash message or a crash that ``-x`` d
   it makes itself (``DSession.handle_crashitem``); a crash must count too. Only used under ``-n N``: the session
   pytest-aoti supervises stops through its own scheduler (:mod:`pytest_aoti.debug.in_order`).
 - ``WorkerController.gateway._io.popen``: how a crashed worker ended (its signal or exit status), which xdist's
-  crash report does not say.
+  crash report does not say; and the supervised worker's pid, which the controller hands Ctrl-C and SIGTERM to.
 - The scheduler protocol (``xdist.scheduler.protocol.Scheduling``, and ``send_runtest_some``/``shutdown`` on the
   worker nodes a scheduler is given): the documented ``pytest_xdist_make_scheduler`` hook takes one, but the
   protocol itself is xdist's own; outside the versions read, xdist's load scheduler runs the supervised session.
@@ -42,12 +42,23 @@ def count_crash_failure(config: Any, report: Any) -> None:
         count_failure(report)
 
 
+def _worker_popen(node: Any) -> Any:
+    """The ``subprocess.Popen`` of an xdist worker where execnet's popen gateway exposes it, else None."""
+    if _major("execnet") != _EXECNET_MAJOR:
+        return None
+    return getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+
+
+def worker_pid(node: Any) -> int | None:
+    """The pid of an xdist worker started on this host (``popen``), or None where execnet does not say."""
+    pid = getattr(_worker_popen(node), "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
 def worker_exit(node: Any) -> str:
     """How a crashed xdist worker ended (``crashed with SIGSEGV``, ``exited with code 3``), read off its process
     where execnet's popen gateway exposes it; ``crashed`` otherwise."""
-    if _major("execnet") != _EXECNET_MAJOR:
-        return "crashed"
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    popen = _worker_popen(node)
     if popen is None:
         return "crashed"
     try:

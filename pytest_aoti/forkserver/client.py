@@ -21,10 +21,8 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -32,20 +30,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_aoti.core import processes
+from pytest_aoti.core.owned_dirs import make_owned_dir
 from pytest_aoti.forkserver.server import SERVER_ONLY_ENV
 
 FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
 UNSAFE_MARK = "unsafe"  # beside the socket: the server will never be ready
 PLANNED_MARK = "planned"  # beside the socket until the server is launched: a child starts fresh rather than wait
 _DIR_PREFIX = "pytest-aoti-fork-"
-# Beside the socket: the pid namespace and pid of the session that made the directory, so that a later session can
-# remove it once that session is dead (it cannot remove it itself when killed with SIGKILL). Not in the directory's
-# name: a Unix socket's path has room for ~107 bytes, and TMPDIR takes its share.
-_OWNER = "owner"
-# All a server's directory ever holds: what a later session may remove once the session that made it is dead.
-_DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK, _OWNER})
+# All a server's directory ever holds besides its owner (core/owned_dirs.py): what a later session may remove once
+# the session that made it is dead (it cannot remove it itself when killed with SIGKILL).
+_DIR_CONTENTS = frozenset({"socket", "server.log", UNSAFE_MARK, PLANNED_MARK})
 _OFF = ("0", "off", "no", "false")
-_PID_MAX = 2**22  # Linux's largest pid_max
 # How long a child waits for a server still warming up before it starts fresh instead. A fresh interpreter pays the
 # same warm-up, so waiting is never slower unless the server is stuck.
 _READY_WAIT_SECONDS = 600.0
@@ -55,10 +50,10 @@ class ForkServer:
     """A fork server: planned (its directory, its socket path) until :meth:`launch` starts its process; then its
     process, its socket and what it said when it was ready."""
 
-    def __init__(self) -> None:
-        _remove_dirs_of_dead_sessions()
-        self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
-        (self.dir / _OWNER).write_text(f"{_pid_namespace()} {os.getpid()}")
+    def __init__(self, environment: Mapping[str, str] | None = None) -> None:
+        self.dir = make_owned_dir(_DIR_PREFIX, contents=_DIR_CONTENTS)
+        # Over this process's environment: what torch reads once at import, as most of its children will want it.
+        self.environment = dict(environment or {})
         self.socket_path = str(self.dir / "socket")
         self.started: float | None = None
         self.ready_seconds: float | None = None
@@ -74,7 +69,7 @@ class ForkServer:
         if self.process is not None or self._ready.is_set():
             return
         self.started = time.monotonic()
-        env = {**os.environ, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
+        env = {**os.environ, **self.environment, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
         env.pop(FORK_SERVER_ENV, None)
         try:
             with (self.dir / "server.log").open("wb") as log:
@@ -132,47 +127,6 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _pid_namespace() -> int:
-    """This process's pid namespace: a pid of another one (another container sharing this tmp directory) says
-    nothing about whether that process runs."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def _dead_owner(directory: Path) -> bool:
-    """Whether ``directory`` is a server directory of this user whose session no longer runs: it holds nothing but
-    what a server directory holds, and its owner file names a pid of this namespace that no process has."""
-    status = directory.lstat()
-    if status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
-        return False
-    if not {entry.name for entry in directory.iterdir()} <= _DIR_CONTENTS:
-        return False
-    fields = (directory / _OWNER).read_text()[:64].split()
-    if len(fields) != 2 or not all(field.isdigit() for field in fields):
-        return False
-    namespace, pid = (int(field) for field in fields)
-    if namespace != _pid_namespace() or not 1 < pid <= _PID_MAX:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _remove_dirs_of_dead_sessions() -> None:
-    """Remove the server directories of sessions that died without removing them (SIGKILL)."""
-    for directory in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*"):
-        try:
-            dead = _dead_owner(directory)
-        except (OSError, UnicodeDecodeError):  # gone meanwhile, unreadable, no owner (an older release's), alive
-            continue
-        if dead:
-            shutil.rmtree(directory, ignore_errors=True)
-
-
 _own_server: ForkServer | None = None
 _lock = threading.Lock()
 
@@ -181,13 +135,15 @@ def turned_off() -> bool:
     return os.environ.get(FORK_SERVER_ENV, "").strip().lower() in _OFF
 
 
-def plan_server() -> ForkServer | None:
+def plan_server(environment: Mapping[str, str] | None = None) -> ForkServer | None:
     """Plan this process's fork server (once): its directory, and its socket path handed to the processes started
-    from here (xdist workers) through the environment. :func:`launch_server` starts it. None when turned off."""
+    from here (xdist workers) through the environment. :func:`launch_server` starts it, with ``environment`` over
+    this process's (what torch reads once, as the children it will mostly fork want it: a child that differs
+    starts fresh). None when turned off."""
     global _own_server
     with _lock:
         if _own_server is None and not turned_off():
-            _own_server = ForkServer()
+            _own_server = ForkServer(environment)
             os.environ[FORK_SERVER_ENV] = _own_server.socket_path
         return _own_server
 

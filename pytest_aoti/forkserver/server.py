@@ -30,10 +30,24 @@ from typing import Any
 
 from pytest_aoti.core import processes
 
+# The warning filters of a fresh interpreter (with this one's -W and PYTHONWARNINGS, which a child shares or starts
+# fresh): what a child gets back, not those the server's imports and warm-up added.
+_FRESH_WARNING_FILTERS = list(warnings.filters)
 # Read by the child's interpreter at start-up, which a fork does not redo: handled in _become_child.
 _APPLIED_PYTHON_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE")
 # Read once, at start-up or when a library loads, and not re-read in a fork: a request that changes one is refused.
-_UNAPPLIABLE_PREFIXES = ("PYTHON", "LD_")
+# The thread pools' settings (OpenMP, MKL, OpenBLAS) are read when torch loads them; the others by torch's C++ when it
+# is imported (checked by tests/test_warm_children.py against a fresh child).
+_UNAPPLIABLE_PREFIXES = ("PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_")
+_UNAPPLIABLE_ENV = (
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCH_DISABLE_ADDR2LINE",
+    "ATEN_CPU_CAPABILITY",
+)
+# Applied in the child (torch.set_num_threads), as a fresh torch applies it: a positive count, where the other thread
+# pool settings are the server's.
+THREADS_ENV = "OMP_NUM_THREADS"
 SERVER_ONLY_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 # The first line of a forked child's log: where it came from, for whoever reads the log.
 FORKED_MARK = "[pytest-aoti] forked warm from the fork server"
@@ -84,9 +98,36 @@ def refusal(env: dict[str, str], startup_env: dict[str, str]) -> str | None:
     for name in sorted(set(env) | set(startup_env)):
         if name in _APPLIED_PYTHON_ENV or name == SERVER_ONLY_ENV or env.get(name) == startup_env.get(name):
             continue
-        if name.startswith(_UNAPPLIABLE_PREFIXES):
+        if name == THREADS_ENV and _thread_count(env) is not None:
+            continue
+        if name.startswith(_UNAPPLIABLE_PREFIXES) or name in _UNAPPLIABLE_ENV:
             return f"{name} differs from the fork server's, and only a fresh interpreter reads it"
     return None
+
+
+def _thread_count(env: dict[str, str]) -> int | None:
+    """``OMP_NUM_THREADS`` as one positive count (not a list of nested levels), else None."""
+    value = env.get(THREADS_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def _as_a_fresh_interpreter(env: dict[str, str], startup_env: dict[str, str]) -> None:
+    """In the forked child: what a fresh interpreter starts with and a fork inherits from the server instead. The
+    warning filters of a fresh interpreter; its own random state (numpy's and torch's global generators: Python's
+    ``random`` reseeds itself after a fork); the thread count ``OMP_NUM_THREADS`` asks for. The string-hash seed
+    cannot be changed: every fork shares the server's (debug/stages.py starts a stage's reruns fresh for it)."""
+    warnings.resetwarnings()  # also makes every module's record of warnings already shown out of date
+    filters: list[Any] = warnings.filters  # type: ignore[assignment]  # a list, typeshed says Sequence
+    filters.extend(_FRESH_WARNING_FILTERS)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    import torch
+
+    torch.default_generator.seed()  # a seed of its own, as a fresh torch draws (CUDA's generators start in the child)
+    threads = _thread_count(env)
+    if threads is not None and env.get(THREADS_ENV) != startup_env.get(THREADS_ENV):
+        torch.set_num_threads(threads)
 
 
 def _unbuffered_stdio() -> None:
@@ -125,6 +166,7 @@ def _become_child(request: dict[str, Any], startup_env: dict[str, str], base_pat
 
         changed = {name for name in set(env) | set(startup_env) if env.get(name) != startup_env.get(name)}
         torch_private.reread_env_configs(changed)
+        _as_a_fresh_interpreter(env, startup_env)
         # pytest imports the plugin itself, rewriting its asserts: a module imported before would be warned about.
         for name in [name for name in sys.modules if name == "pytest_aoti" or name.startswith("pytest_aoti.")]:
             del sys.modules[name]

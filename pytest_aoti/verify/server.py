@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -32,11 +31,13 @@ from typing import Any
 
 from pytest_aoti.core import processes
 from pytest_aoti.core.machine import inductor_cache_dir
+from pytest_aoti.core.owned_dirs import make_owned_dir
 from pytest_aoti.core.processes import signal_group, signal_name
 
 # Generous: an interpreter imports torch, or loads a package and runs it once. Past this without an answer, the
 # package it is on (or its imports) hangs.
 CHILD_TIMEOUT = 900.0
+SCRATCH_PREFIX = "pytest-aoti-verify-"
 _CLOSE_GRACE_SECONDS = 60.0
 Answer = dict[str, Any]
 
@@ -110,7 +111,8 @@ class VerifyServer:
 
     def _start(self) -> None:
         self._install_sigterm()
-        self._scratch = Path(tempfile.mkdtemp(prefix="pytest-aoti-verify-"))
+        # Owned by this process: should it be killed with SIGKILL, the next one that verifies removes it.
+        self._scratch = make_owned_dir(SCRATCH_PREFIX)
         self._buffer, self._said = b"", 0
         read_end, write_end = os.pipe()
         command = [

@@ -22,6 +22,12 @@ def test_what_a_fork_cannot_give_starts_fresh() -> None:
     assert refusal({"PATH": "/bin", "PYTHONPATH": "/b", "TORCHINDUCTOR_NAN_ASSERTS": "1"}, startup) is None
     assert "PYTHONHASHSEED" in (refusal({**startup, "PYTHONHASHSEED": "0"}, startup) or "")
     assert "LD_PRELOAD" in (refusal({**startup, "LD_PRELOAD": "libx.so"}, startup) or "")
+    # Read by torch's C++ when it is imported (issue #62 item 7): a fork cannot take them, a fresh child does.
+    for name, value in [("TORCH_SHOW_CPP_STACKTRACES", "1"), ("MKL_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "2,1")]:
+        assert name in (refusal({**startup, name: value}, startup) or ""), name
+    # One thread count: the child sets it as a fresh torch would (torch.set_num_threads).
+    assert refusal({**startup, "OMP_NUM_THREADS": "1"}, startup) is None
+    assert "OMP_NUM_THREADS" in (refusal(startup, {**startup, "OMP_NUM_THREADS": "1"}) or "")
     assert client.forkable([sys.executable, "-u", "-P", "-m", "pytest", "-k", "x"]) == (["-k", "x"], True)
     assert client.forkable([sys.executable, "-u", "-m", "pytest"]) == ([], False)
     assert client.forkable(["compute-sanitizer", sys.executable, "-u", "-m", "pytest"]) is None

@@ -386,7 +386,7 @@ def test_a_child_whose_stream_names_an_unknown_event_is_an_error_not_a_crash_of_
         tmpdir=tmp_path / "tmp",
         compiles=True,
     )
-    run = _finish(config, launch, returncode=0, timed_out=False, seconds=1.0, timeout=60.0)
+    run = _finish(config, launch, returncode=0, timed_out=False, seconds=1.0, timeout=60.0, forked=False)
     assert run.outcome is Outcome.ERROR
     assert (
         run.describe()
@@ -569,3 +569,21 @@ def test_the_verdict_is_made_once_from_the_stages_frozen_results(tmp_path: Path)
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(record, name, None)
     assert make_verdict("test_user.py::test_embedding", results) == verdict
+
+
+def test_reruns_forked_with_one_hash_seed_say_so(tmp_path: Path) -> None:
+    """Forks of one server share its string-hash seed: a verdict counted over two of them says that a failure that
+    depends on a set's order could not differ between them (issue #62 item 13); one forked rerun, or fresh ones,
+    say nothing."""
+
+    def run(stage: str, shared: bool) -> ChildRun:
+        return ChildRun(
+            stage, Outcome.FAILED, 1, None, 1.0, tmp_path / f"{stage}.log", [], {}, tmp_path, shared_hash_seed=shared
+        )
+
+    from pytest_aoti.debug.stages import shared_hash_seed_note
+
+    (note,) = shared_hash_seed_note((run("kernels", True), run("tensors", True)))
+    assert note.startswith("2 reruns (kernels, tensors) were forked warm and shared one string-hash seed"), note
+    assert shared_hash_seed_note((run("kernels", True), run("tensors", False))) == ()
+    assert shared_hash_seed_note((run("kernels", True), run("sanitizer", True))) == ()
