@@ -179,12 +179,12 @@ def test_a_nan_debug_run_names_its_kernel_and_minifies(
     # The verdict leads with the kernel's line in the user's model (Inductor's provenance data in the debug package),
     # and both reruns failed.
     assert re.search(
-        r"^verdict: first NaN/Inf in cpp_fused_\w*log\w* \(buf0 after launch, mean -?nan\) at aoti_models.py:\d+ in "
-        r"forward: return torch.log\(x\) \* 2; failed: .*; consistent \(2 of 2 reruns\)",
+        r"^verdict: NaN made by aten.log.default \(node log\) at aoti_models.py:\d+ in forward: return torch.log\(x\) "
+        r"\* 2 from \w+ \([^)]*\), in kernel cpp_fused_\w*log\w*; failed: .*; consistent \(2 of 2 reruns\)",
         text,
         re.MULTILINE,
     ), text
-    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: first NaN/Inf in cpp_fused_*"])
+    result.stdout.fnmatch_lines(["*= aoti =*", "test_user.py::test_nan: NaN made by aten.log.default*"])
     # Quiet reports: with pytest's logging plugin on, torch's structured-trace records stay out of the captured logs.
     assert "torch.__trace" not in text
     # Each stage's child prints its own cache line (its packages keyed on its env), in its log in the report. The

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.debug.minify import MAX_CANDIDATES_ENV
+from pytest_aoti.forkserver.server import FORKED_MARK
 from tests.conftest import MODELS_SOURCE, RunPytest, junit_cases, left_behind, plugin_args, report_log_failures
 
 CRASH_TESTS = """
@@ -341,11 +342,16 @@ def test_failure_that_needs_an_earlier_test_does_not_reproduce(
     text = result.stdout.str()
     # A debug package is keyed on the stage's environment: stage kernels' later runs load what its first compiled.
     assert text.count("aoti cache: 1 hits, 0 misses") >= 2, text
+    # Its extra runs start fresh, each with a string-hash seed of its own (a fork has the server's: issue #62 item 13).
+    (children,) = re.findall(r"^aoti child logs: (\S+)", text, re.MULTILINE)
+    extra_runs = sorted(Path(children).glob("*test_depends_on_state*/kernels.[23].log"))
+    assert len(extra_runs) == 2 and not [log for log in extra_runs if log.read_text().startswith(FORKED_MARK)]
     # Calls 1 (the test), 2 (stage kernels: passes), 3 (its second run: the NaN again), and no more.
     assert (pytester.path / "calls.txt").read_text() == "3"
     result.stdout.fnmatch_lines(
         [
-            "*verdict: failed: pytest_aoti.core.errors.AOTIInvariantError: output 0: nonfinite*; flaky (1 of 2 reruns)",
+            "*verdict: NaN made by aten.log.default*; failed: pytest_aoti.core.errors.AOTIInvariantError: output 0: "
+            "nonfinite*; flaky (1 of 2 reruns)",
             "*stage kernels (printer=3): passed*",
             "*stage kernels, run 2 (printer=3): failed*",
         ]

@@ -102,7 +102,7 @@ def test_healthy(aoti_check):
     assert (
         len(
             re.findall(
-                r"verdict: failed: .*output 0: nonfinite invariant violated.*; last kernel completed: "
+                r"verdict: NaN made by .*; failed: .*output 0: nonfinite invariant violated.*; last kernel completed: "
                 r"cpp_fused_log_mul_0",
                 text,
             )
