@@ -57,6 +57,12 @@ def test_each_worker_compiles_with_its_share_of_the_cores_unless_the_user_chose(
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "3")
     run_pytest("-n", "2", "--aoti-compile-threads=per-worker", fresh=True).assert_outcomes(passed=2)
     assert _threads_seen(pytester.path) == {"3 3"}
+    for path in pytester.path.glob("threads-*"):
+        path.unlink()
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS")
+    pytester.makeconftest("import torch._inductor.config\n\ntorch._inductor.config.compile_threads = 5\n")
+    run_pytest("-n", "2", "--aoti-compile-threads=per-worker", fresh=True).assert_outcomes(passed=2)
+    assert _threads_seen(pytester.path) == {f"{share} 5"}  # the conftest's value; the variable is for children
 
 
 def test_a_bad_compile_threads_or_schedule_value_is_a_usage_error_naming_it(

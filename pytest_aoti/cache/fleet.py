@@ -3,7 +3,7 @@ is :mod:`pytest_aoti.core.compile_plan`.
 
 - ``--aoti-compile-threads per-worker``: each worker's Inductor sizes its compile pool from its share of the cores
   (``TORCHINDUCTOR_COMPILE_THREADS`` = the cores this process may use // the workers) instead of the host's. A value
-  you set (the variable, or ``torch._inductor.config`` imported by a conftest before the workers configure) stands.
+  you set stands: the variable, or Inductor's ``compile_threads`` set in a conftest (after Inductor read the variable).
 - ``--aoti-schedule longest-first``: under ``--dist load`` or ``worksteal``, the tests whose packages took longest to
   compile last time (the cache's sidecars) are sent first, so no long compile starts at the end. The controller reads
   the records once and hands the same snapshot to every worker (``workerinput``): a worker started later to replace
@@ -13,7 +13,6 @@ is :mod:`pytest_aoti.core.compile_plan`.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _share_compile_threads(config: pytest.Config) -> None:
     """This worker's share of the cores, for its Inductor and the children it starts; never over the user's."""
-    if COMPILE_THREADS_ENV in os.environ or "torch._inductor.config" in sys.modules:
-        return  # set by the user, or decided already by an Inductor a conftest imported
+    if COMPILE_THREADS_ENV in os.environ:
+        return  # the user's
+    # Inductor reads the variable when its config is imported: a conftest that sets compile_threads sets it after.
     workers = int(getattr(config, "workerinput", {}).get("workercount") or 1)
     os.environ[COMPILE_THREADS_ENV] = str(compile_threads_per_worker(usable_cores(), workers))
     config.add_cleanup(_forget_compile_threads)
