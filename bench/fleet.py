@@ -11,10 +11,10 @@ in one run on this host, over the same real architectures (``bench/fleet_models.
 Each cold variant gets a fresh Inductor cache (``TORCHINDUCTOR_CACHE_DIR``) and ``TMPDIR``; (a), (c) and (d) run
 with the remote cache configured, as a fleet's runner is. It prints each one's wall time, its CPU utilization (user +
 sys CPU seconds of it and its children over wall x cores) and the ratios cold/loop and redis/warm.
-``--threads-compare`` adds (a'): (a) with ``TORCHINDUCTOR_COMPILE_THREADS`` set to the host's cores (Inductor's own
-choice, which pytest-aoti then keeps). ``--schedule-compare`` adds (e) and (e'): (a)'s cache with its packages
-deleted (each sidecar's compile time kept), compiled again with the longest recorded compiles first and in
-collection order (``--aoti-schedule=collection``).
+``--threads-compare`` adds (a'): (a) with ``--aoti-compile-threads per-worker`` (each worker's Inductor sized from
+its share of the cores, not the host's), in fresh dirs of its own and without the remote cache. ``--schedule-compare``
+adds (e) and (e'): (a)'s cache with its packages deleted (each sidecar's compile time kept), compiled
+again with the longest recorded compiles first and in collection order (``--aoti-schedule=collection``).
 
     python bench/fleet.py --models cpu -n 2            # CI's form: 6 models on 2 cores, a few minutes
     python bench/fleet.py --models all --device cuda -n 15
@@ -98,7 +98,7 @@ def _pytest_run(name: str, suite: Path, runner: Path, env: dict[str, str], worke
     command = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
     command += [f"--aoti-cache-dir={runner / 'aoti-cache'}", "-n", str(workers), *extra]
     measured, output = _timed(name, command, {**env, **_fresh_dirs(runner)}, suite.parent)
-    outcome = re.findall(r"^=+ (.*) in [\d.]+s.*=+$", output, re.MULTILINE)
+    outcome = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed|error).*?) in [\d.]+s", output, re.MULTILINE)
     cache = [line for line in output.splitlines() if line.startswith("aoti cache:")]
     measured.note = "; ".join([*(outcome[-1:] or ["no outcome line"]), *cache[-1:]])
     return measured
@@ -108,7 +108,8 @@ def _loop_run(models: tuple[str, ...], runner: Path, env: dict[str, str], worker
     command = [sys.executable, str(Path(__file__)), "--loop-child", ",".join(models), "-n", str(workers)]
     measured, output = _timed("loop", [*command, "--device", device], {**env, **_fresh_dirs(runner)}, runner)
     measured.name = "(b) hand-written loop"
-    measured.note = output.strip().splitlines()[-1] if output.strip() else "no output"
+    summary = [line for line in output.splitlines() if line.startswith("loop: ")]
+    measured.note = summary[-1].removeprefix("loop: ") if summary else "no summary line"
     return measured
 
 
@@ -145,9 +146,9 @@ def _loop_child(models: list[str], workers: int, device: str) -> None:
         results = list(pool.imap_unordered(_loop_one, jobs, chunksize=1))
     failed = [(model, problem) for model, _, problem in results if problem is not None]
     for model, problem in failed:
-        print(f"  loop: {model} failed: {problem}")
+        print(f"  {model} failed: {problem}")
     seconds = sum(took for _, took, _ in results)
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed; {seconds:.1f} s per model summed")
+    print(f"loop: {len(results) - len(failed)} passed, {len(failed)} failed; {seconds:.1f} s per model summed")
 
 
 def _redis_missing() -> str | None:
@@ -166,6 +167,12 @@ def _drop_packages(cache_dir: Path) -> int:
     return len(packages)
 
 
+def _shown(measured: Measured) -> Measured:
+    """Each result as it comes, so a run cut short still leaves what it measured."""
+    print(f"  {measured.name}: {measured.wall:.1f} s wall, {measured.cpu:.1f} s CPU  [{measured.note}]", flush=True)
+    return measured
+
+
 def _report(results: list[Measured], cores: int) -> None:
     print(f"\n{'run':44} {'wall':>8} {'CPU':>8} {'CPU busy':>9}")
     for measured in results:
@@ -178,7 +185,7 @@ def _report(results: list[Measured], cores: int) -> None:
     if "(d)" in named and "(c)" in named:
         print(f"redis / warm: {named['(d)'] / named['(c)']:.2f}x (target <= 1.1x)")
     if "(a'" in named and "(a)" in named:
-        print(f"cold, threads per worker / host threads: {named['(a)'] / named[chr(40) + 'a' + chr(39)]:.2f}x")
+        print(f"cold, per-worker compile threads / Inductor's: {named[chr(40) + 'a' + chr(39)] / named['(a)']:.2f}x")
     if "(e)" in named and "(e'" in named:
         print(f"recompile, longest first / collection order: {named['(e)'] / named[chr(40) + 'e' + chr(39)]:.2f}x")
 
@@ -189,23 +196,24 @@ def _variants(args: Any, models: tuple[str, ...], root: Path, env: dict[str, str
     suite.write_text(SUITE.format(models=list(models), tolerance=TOLERANCE))
     (suite.parent / "pytest.ini").write_text(f"[pytest]\naoti_device = {args.device}\n")
     workers, results = args.workers, []
-    results.append(_loop_run(models, root / "loop", env, workers, args.device))
-    results.append(_pytest_run("(a) pytest-aoti cold", suite, root / "cold", env, workers))
-    if args.threads_compare:
-        threads = {**env, "TORCHINDUCTOR_COMPILE_THREADS": str(min(32, len(os.sched_getaffinity(0))))}
-        results.append(_pytest_run("(a') cold, host compile threads", suite, root / "cold-host", threads, workers))
-    results.append(_pytest_run("(c) pytest-aoti warm", suite, root / "cold", env, workers))
+    results.append(_shown(_loop_run(models, root / "loop", env, workers, args.device)))
+    results.append(_shown(_pytest_run("(a) pytest-aoti cold", suite, root / "cold", env, workers)))
+    local = {name: value for name, value in env.items() if not name.startswith("PYTEST_AOTI_CACHE_")}
+    if args.threads_compare:  # cold: without the remote cache (a) filled
+        per_worker = "--aoti-compile-threads=per-worker"
+        shared = _pytest_run("(a') cold, per-worker threads", suite, root / "cold-shared", local, workers, per_worker)
+        results.append(_shown(shared))
+    results.append(_shown(_pytest_run("(c) pytest-aoti warm", suite, root / "cold", env, workers)))
     if "PYTEST_AOTI_CACHE_URL" in env:
-        results.append(_pytest_run("(d) fresh runner, Redis", suite, root / "redis-runner", env, workers))
+        results.append(_shown(_pytest_run("(d) fresh runner, Redis", suite, root / "redis-runner", env, workers)))
     if args.schedule_compare:
-        local = {k: v for k, v in env.items() if not k.startswith("PYTEST_AOTI_CACHE_")}
         for name, runner, extra in (
             ("(e) recompile, longest first", "cold", ()),
             ("(e') recompile, collection order", "cold", ("--aoti-schedule=collection",)),
         ):
             _drop_packages(root / runner / "aoti-cache")
             shutil.rmtree(root / runner / "inductor-cache")
-            results.append(_pytest_run(name, suite, root / runner, local, workers, *extra))
+            results.append(_shown(_pytest_run(name, suite, root / runner, local, workers, *extra)))
     return results
 
 
@@ -242,7 +250,8 @@ def main() -> None:
             env.update(PYTEST_AOTI_CACHE_URL=server.url(), PYTEST_AOTI_CACHE_SECRET=SECRET)
         else:
             print(f"(d) left out: {missing}")
-        print(f"{len(models)} models on {args.device}, -n {args.workers}, {cores} cores: {', '.join(models)}")
+        shown = ", ".join(models)
+        print(f"{len(models)} models on {args.device}, -n {args.workers}, {cores} cores: {shown}", flush=True)
         results = _variants(args, models, root, env)
     finally:
         if server is not None:
