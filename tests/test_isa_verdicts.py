@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_aoti.core import isa_verdicts
-from pytest_aoti.core.cache import MARKER_FILE, clear_cache_dir
+from pytest_aoti.core.cache import MARKER_FILE
 from tests.conftest import RunPytest
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="Inductor probes ISAs on Linux and Windows x86 only")
@@ -115,20 +115,6 @@ def test_a_probe_that_failed_once_is_recorded_with_why_and_probed_again(tmp_path
     healthy_out, healthy_built = _probe(tmp_path, "healthy", record)
     assert healthy_built and "failures=()" in healthy_out and "isa='none'" not in healthy_out, healthy_out
     assert isa_verdicts.read_record(record).passed and not isa_verdicts.read_record(record).failed
-
-
-def test_a_record_of_another_machine_is_another_file(tmp_path: Path) -> None:
-    """The record's name holds the identity (CPU flags, torch, compiler): another machine's never answers here."""
-    foreign = tmp_path / "isa-checks-0123456789abcdef0123456789abcdef.json"
-    foreign.write_text(json.dumps({"checks": {"anything": True}}))
-    older = tmp_path / "isa-probe-0123456789abcdef0123456789abcdef.json"  # an older version's base verdict
-    older.write_text(json.dumps({"every_isa_passed": True}))
-    assert isa_verdicts.record_path(tmp_path) != foreign
-    assert isa_verdicts.read_record(isa_verdicts.record_path(tmp_path)) == isa_verdicts.IsaRecord()
-    assert isa_verdicts.read_record(foreign).passed == {"anything"}
-    (tmp_path / MARKER_FILE).write_text("pytest-aoti\n")
-    clear_cache_dir(tmp_path)  # --aoti-cache-clear: the records go with the packages
-    assert not foreign.exists() and not older.exists()
 
 
 RECORDED_BEFORE_THE_END = """
