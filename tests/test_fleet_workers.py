@@ -79,12 +79,13 @@ def test_a_bad_compile_threads_or_schedule_value_is_a_usage_error_naming_it(
 
 
 ORDER_TESTS = """
+import os
 from pathlib import Path
 
 
 def _ran(name):
     with Path("order.log").open("a") as log:
-        log.write(name + "\\n")
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'none')} {name}\\n")
 
 
 def test_short():
@@ -114,18 +115,28 @@ def _cache_with_records(root: Path, seconds: dict[str, float]) -> Path:
     return root
 
 
+def _per_worker(log: Path) -> set[tuple[str, ...]]:
+    """The tests each worker ran, in its order (which worker got which share is not the point)."""
+    ran: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        worker, name = line.split()
+        ran.setdefault(worker, []).append(name)
+    log.unlink()
+    return {tuple(names) for names in ran.values()}
+
+
 def test_the_longest_recorded_compiles_are_sent_first_under_dist_load(
     pytester: pytest.Pytester, run_pytest: RunPytest, tmp_path: Path
 ) -> None:
+    """xdist's load scheduling hands each worker a run of consecutive tests from the front (two each here): the
+    longest recorded compiles are at the front (the new test before them), and each worker runs its run in order."""
     pytester.makepyfile(test_order=ORDER_TESTS)
     records = {"test_order.py::test_short": 2.0, "test_order.py::test_long": 40.0, "test_order.py::test_middle": 9.0}
     cache = _cache_with_records(tmp_path / "cache", records)
     log = pytester.path / "order.log"
-    run_pytest("-n", "1", "-p", "no:randomly", cache=cache).assert_outcomes(passed=4)
-    assert log.read_text().split() == ["new", "long", "middle", "short"]
-    log.unlink()
-    run_pytest("-n", "1", "-p", "no:randomly", "--aoti-schedule=collection", cache=cache).assert_outcomes(passed=4)
-    assert log.read_text().split() == ["short", "new", "long", "middle"]
-    log.unlink()
-    run_pytest("-p", "no:randomly", cache=cache).assert_outcomes(passed=4)  # no xdist: pytest's order
-    assert log.read_text().split() == ["short", "new", "long", "middle"]
+    run_pytest("-n", "2", "-p", "no:randomly", cache=cache).assert_outcomes(passed=4)
+    assert _per_worker(log) == {("new", "long"), ("middle", "short")}  # the order: new, long, middle, short
+    run_pytest("-n", "2", "-p", "no:randomly", "--aoti-schedule=collection", cache=cache).assert_outcomes(passed=4)
+    assert _per_worker(log) == {("short", "new"), ("long", "middle")}  # pytest's order: short, new, long, middle
+    run_pytest("-n", "1", "-p", "no:randomly", cache=cache).assert_outcomes(passed=4)  # one worker: pytest's order
+    assert _per_worker(log) == {("short", "new", "long", "middle")}

@@ -4,10 +4,10 @@ is :mod:`pytest_aoti.core.compile_plan`.
 - ``--aoti-compile-threads per-worker``: each worker's Inductor sizes its compile pool from its share of the cores
   (``TORCHINDUCTOR_COMPILE_THREADS`` = the cores this process may use // the workers) instead of the host's. A value
   you set stands: the variable, or Inductor's ``compile_threads`` set in a conftest (after Inductor read the variable).
-- ``--aoti-schedule longest-first``: under ``--dist load`` or ``worksteal``, the tests whose packages took longest to
-  compile last time (the cache's sidecars) are sent first, so no long compile starts at the end. The controller reads
-  the records once and hands the same snapshot to every worker (``workerinput``): a worker started later to replace
-  a crashed one orders its collection the same, as xdist requires.
+- ``--aoti-schedule longest-first``: under ``--dist load`` or ``worksteal`` with two workers or more, the tests whose
+  packages took longest to compile last time (the cache's sidecars) are sent first, so no long compile starts at the
+  end. The controller reads the records once and hands the same snapshot to every worker (``workerinput``): a worker
+  started later to replace a crashed one orders its collection the same, as xdist requires.
 """
 
 from __future__ import annotations
@@ -91,12 +91,17 @@ def _forget_compile_threads() -> None:
 
 
 def _longest_first_wanted(config: pytest.Config) -> bool:
+    """Where the order can shorten the run: two workers or more. One worker (``-n 1``, or the crash guard that plain
+    ``--aoti-debug`` makes of a session) keeps pytest's order."""
     cache = config.stash.get(cache_settings_key, None)
+    workers = getattr(config.option, "numprocesses", None)
     return (
         config.stash[fleet_settings_key].schedule == "longest-first"
         and cache is not None
         and cache.use_cache
         and getattr(config.option, "dist", "no") in ("load", "worksteal")
+        and isinstance(workers, int)
+        and workers >= 2
     )
 
 
