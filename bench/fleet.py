@@ -199,13 +199,13 @@ def _variants(args: Any, models: tuple[str, ...], root: Path, env: dict[str, str
     results.append(_shown(_loop_run(models, root / "loop", env, workers, args.device)))
     results.append(_shown(_pytest_run("(a) pytest-aoti cold", suite, root / "cold", env, workers)))
     local = {name: value for name, value in env.items() if not name.startswith("PYTEST_AOTI_CACHE_")}
-    if args.threads_compare:  # cold: without the remote cache (a) filled
-        per_worker = "--aoti-compile-threads=per-worker"
-        shared = _pytest_run("(a') cold, per-worker threads", suite, root / "cold-shared", local, workers, per_worker)
-        results.append(_shown(shared))
     results.append(_shown(_pytest_run("(c) pytest-aoti warm", suite, root / "cold", env, workers)))
     if "PYTEST_AOTI_CACHE_URL" in env:
         results.append(_shown(_pytest_run("(d) fresh runner, Redis", suite, root / "redis-runner", env, workers)))
+    if args.threads_compare:  # after the ratios; cold: without the remote cache (a) filled
+        per_worker = "--aoti-compile-threads=per-worker"
+        shared = _pytest_run("(a') cold, per-worker threads", suite, root / "cold-shared", local, workers, per_worker)
+        results.append(_shown(shared))
     if args.schedule_compare:
         for name, runner, extra in (
             ("(e) recompile, longest first", "cold", ()),
