@@ -70,16 +70,25 @@ class _Replay(torch.fx.Interpreter):
         super().__init__(module)
         self.births: dict[str, tuple[torch.fx.Node, Any, list[str]]] = {}  # kind -> (node, value, its inputs)
         self.fills: list[str] = []
+        # What each value holds (a NaN; the signs of its infinities), read once when it is made, not again for each
+        # node that reads it.
+        self.held: dict[torch.fx.Node, tuple[bool, set[float]]] = {}
+
+    def _held(self, node: torch.fx.Node, value: Any) -> tuple[bool, set[float]]:
+        if node not in self.held:
+            self.held[node] = (_holds(value, "NaN"), _infinities(value))
+        return self.held[node]
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
         if n.op != "call_function" or not _tensors(value):
             return value
-        inputs = {arg.name: self.env[arg] for arg in n.all_input_nodes if arg in self.env}
-        before = list(inputs.values())
+        inputs = {arg: self.env[arg] for arg in n.all_input_nodes if arg in self.env}
+        before = [self._held(arg, held) for arg, held in inputs.items()]
+        nan, infinities = self._held(n, value)
         made = {
-            "NaN": _holds(value, "NaN") and not _holds(before, "NaN"),
-            "Inf": bool(_infinities(value) - _infinities(before)),
+            "NaN": nan and not any(had_nan for had_nan, _ in before),
+            "Inf": bool(infinities - set().union(*(signs for _, signs in before))),
         }
         for kind in ("NaN", "Inf"):
             if kind in self.births or not made[kind]:
@@ -87,7 +96,7 @@ class _Replay(torch.fx.Interpreter):
             if kind == "Inf" and _constant_infinity(n):
                 self.fills.append(n.name)
             else:
-                described = [f"{name} ({_range(t[0])})" for name, v in inputs.items() if (t := _tensors(v))]
+                described = [f"{arg.name} ({_range(t[0])})" for arg, v in inputs.items() if (t := _tensors(v))]
                 self.births[kind] = (n, value, described)
         return value
 
