@@ -60,7 +60,6 @@ def test_a_nan_in_a_real_decoder_and_a_fused_batch_norm_is_traced_to_the_op_that
         re.MULTILINE,
     )
     assert gpt2 is not None, text
-    assert not re.search(r"^verdict: [^\n]*(where|mask)[^\n]*; failed", text, re.MULTILINE) or gpt2, text
     resnet = re.search(
         r"^verdict: NaN made by aten\.batch_norm\.default \(node (\w+)\) at \S*modeling_resnet\.py:\d+ "
         r"in forward: [^\n]*normalization",
