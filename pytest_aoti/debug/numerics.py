@@ -547,8 +547,14 @@ class Capture:
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:
-        with self.recorder:
-            yield
+        try:
+            with self.recorder:
+                yield
+        finally:
+            # An eager torch.cond run under a dispatch mode leaves a compiled cond frame in dynamo's cache that the
+            # next torch.export of a cond model in this process hits and fails on ("Attempted to inline function
+            # marked as skipped", torch 2.13): the test may export again after its eager call.
+            torch.compiler.reset()
 
     def explain(self, call: ComparedCall) -> Finding:
         """Find the first divergent kernel of this call and write the finding where the parent reads it."""
