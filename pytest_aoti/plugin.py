@@ -21,7 +21,7 @@ from pytest_aoti.core.protocol import NODEID_ENV, REPORT_FILE_ENV, TEST_PATH_ENV
 from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.debug import options as debug_options
 from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
-from pytest_aoti.forkserver.client import plan_server, stop_server
+from pytest_aoti.debug.warm_starts import WarmStarts
 from pytest_aoti.roles import Role
 from pytest_aoti.settings import item_settings, settings_key
 
@@ -77,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
     role = config.stash[roles.role_key] = roles.decide(config)  # decided once, after the crash guard
     config.stash[debug_settings_key] = debug
     config.pluginmanager.register(fixtures, "aoti-fixtures")
+    # The fork server's plan, launch and stop (after the cache plugin's configure: the server inherits the
+    # environment that one sets).
+    config.pluginmanager.register(WarmStarts(debug), "aoti-warm-starts")
     if role is Role.CHILD:
         from pytest_aoti.debug.child_session import ChildSession
 
@@ -93,28 +96,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
-    if (debug.debug or debug.isolate) and not is_xdist_worker and _warm_server_wanted(config, debug):
-        # Warm while the tests run: a debug stage or isolated test then forks from it instead of paying a fresh
-        # interpreter's imports and probes (forkserver/). Its xdist workers find it through the environment. It is
-        # launched when the first test that uses a pytest-aoti fixture is set up (debug/parent.py). Under
-        # --aoti-debug its children are mostly debug stages: it imports torch as they want it.
-        from pytest_aoti.debug.stages import READ_ONCE_STAGE_ENV
-
-        plan_server(READ_ONCE_STAGE_ENV if debug.debug else None)
-
-
-def _warm_server_wanted(config: pytest.Config, debug: Any) -> bool:
-    """Whether to plan the fork server ahead of need: in the process pytest was started as (``pytest.main()`` inside a
-    test or a script starts one at its first child instead), when tests will run and may have children. Planned, it is
-    launched at the first test that uses a pytest-aoti fixture, beside that test's compile, and not at the first child:
-    a run with failures to debug is faster that way (docs/benchmarks.md#children-and-the-fork-server)."""
-    if debug.no_children_reason or not roles.started_as_pytest(config):
-        return False
-    return not any(config.getoption(name, False) for name in ("collectonly", "setupplan", "setuponly"))
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    stop_server()
 
 
 def _one_supervised_worker(config: pytest.Config) -> None:

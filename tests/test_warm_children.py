@@ -234,6 +234,31 @@ def test_a_crash_in_a_warm_child_leaves_the_server_alive(server: client.ForkServ
     assert server.process.poll() is None
 
 
+def test_a_request_that_is_no_message_fails_alone(server: client.ForkServer) -> None:
+    """A client of another version (or not pytest-aoti's) gets its connection closed and a line in the server's log
+    that says what was wrong; the server answers the next request."""
+    import socket
+
+    from pytest_aoti.forkserver import wire
+
+    def ask(line: bytes) -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(60)
+            connection.connect(server.socket_path)
+            connection.sendall(line)
+            return connection.makefile("rb").readline()
+
+    assert ask(b'{"args": [], "cwd": "/"}\n') == b""  # the old wire's request: no name
+    assert ask(wire.encode(wire.Ended(0)).encode()) == b""
+    log = (server.dir / "server.log").read_text()
+    assert "a bad request: not a message" in log and "a bad request: a 'ended' message where 'fork' was expected" in log
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    refusal = wire.ForkRequest(args=(), safe_path=False, cwd="/", env=env, log=os.devnull)
+    answer = wire.decode(ask(wire.encode(refusal).encode()), wire.Forked, wire.Refused)
+    assert isinstance(answer, wire.Refused) and "PYTHONHASHSEED" in answer.reason
+    assert server.process is not None and server.process.poll() is None
+
+
 def test_an_edited_user_module_is_never_stale(server: client.ForkServer, tmp_path: Path) -> None:
     (tmp_path / "user_model.py").write_text("VERSION = 1\n")
     (tmp_path / "test_version.py").write_text(

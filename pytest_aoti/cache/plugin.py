@@ -35,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     cache_options.add_options(parser)
 
 
-# First: plugin.py's may start the fork server, which must inherit what this one puts in the environment.
+# First: debug/warm_starts.py's plans the fork server, which must inherit what this one puts in the environment.
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[cache_settings_key] = cache_options.resolve(config)

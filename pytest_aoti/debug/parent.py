@@ -51,7 +51,6 @@ from pytest_aoti.debug.reporting import (
 )
 from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
-from pytest_aoti.forkserver.client import launch_server
 from pytest_aoti.hookspecs import PublicVerdict
 from pytest_aoti.roles import writes_user_reports
 from pytest_aoti.settings import session_temp_key, settings_key, uses_aoti
@@ -381,13 +380,6 @@ class ParentSession:
         if report.when == "teardown":
             report.user_properties = [*report.user_properties, *item.stash.get(verdict_properties_key, [])]
         return report
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "setup" and record_of(report).device is not None:
-            # A test that uses a pytest-aoti fixture was set up, here or in an xdist worker: the planned fork server
-            # warms up beside its compile (a no-op in a worker, or once launched).
-            launch_server()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:

@@ -16,7 +16,6 @@ environment the server cannot give a fork. Imports neither torch nor pytest.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -27,11 +26,12 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from pytest_aoti.core import processes
 from pytest_aoti.core.owned_dirs import make_owned_dir
 from pytest_aoti.forkserver.server import SERVER_ONLY_ENV
+from pytest_aoti.forkserver.wire import Ended, Forked, ForkRequest, Ready, Refused, Unsafe, WireError, decode, encode
 
 FORK_SERVER_ENV = "PYTEST_AOTI_FORK_SERVER"
 UNSAFE_MARK = "unsafe"  # beside the socket: the server will never be ready
@@ -91,14 +91,17 @@ class ForkServer:
         assert self.process is not None and self.started is not None
         stdout: IO[bytes] | None = self.process.stdout
         line = stdout.readline() if stdout is not None else b""
-        try:
-            said: dict[str, Any] = json.loads(line) if line else {}
-        except ValueError:
-            said = {}
-        if "ready" in said:
+        said: Ready | Unsafe | None = None
+        problem = f"it ended before it was ready (see {self.dir / 'server.log'})"
+        if line:
+            try:
+                said = decode(line, Ready, Unsafe)
+            except WireError as error:
+                problem = f"it said {error} (see {self.dir / 'server.log'})"
+        if isinstance(said, Ready):
             self.ready_seconds = time.monotonic() - self.started
         else:
-            self.unsafe = str(said.get("unsafe") or f"it ended before it was ready (see {self.dir / 'server.log'})")
+            self.unsafe = said.reason if isinstance(said, Unsafe) else problem
             # The processes this one handed the socket to (xdist workers) stop waiting for it and start fresh (as
             # they do once its directory is gone).
             try:
@@ -232,22 +235,22 @@ def start_forked(
     if path is None:
         return None
     args, safe_path = parsed
-    request = {"args": args, "safe_path": safe_path, "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
+    request = ForkRequest(args=tuple(args), safe_path=safe_path, cwd=str(cwd), env=dict(env), log=str(log_path))
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(path)
-        connection.sendall(json.dumps(request).encode() + b"\n")
+        connection.sendall(encode(request).encode())
         reader = connection.makefile("rb")
-        answer = json.loads(reader.readline() or b"{}")
-    except (OSError, ValueError):
+        answer = decode(reader.readline(), Forked, Refused)
+    except (OSError, WireError):  # a server gone, or one of another version: the child starts fresh
         connection.close()
         return None
-    if "pid" not in answer:
+    if isinstance(answer, Refused):
         connection.close()
         return None
     if _own_server is not None:
         _own_server.forked += 1
-    return ForkedProcess(int(answer["pid"]), connection, reader)
+    return ForkedProcess(answer.pid, connection, reader)
 
 
 class ForkedProcess:
@@ -266,8 +269,8 @@ class ForkedProcess:
     def _read_end(self) -> None:
         try:
             line = self._reader.readline()
-            self.returncode = int(json.loads(line)["returncode"]) if line else -9
-        except (OSError, ValueError, KeyError, TypeError):
+            self.returncode = decode(line, Ended).returncode if line else -9
+        except (OSError, WireError):
             self.returncode = -9
         finally:
             self._connection.close()

@@ -5,19 +5,18 @@ Run as ``python -m pytest_aoti.forkserver.server SOCKET`` by :mod:`~pytest_aoti.
 default answer (``cudaGetDeviceCount``) initialises the CUDA driver, after which no forked child can use CUDA ("Cannot
 re-initialize CUDA in forked subprocess", seen on the H200). NVML answers without that. The server imports pytest,
 torch and Inductor and runs Inductor's CPU probes, then checks with a canary fork that a child could still start CUDA;
-only then does it say it is ready (one JSON line on stdout: ``{"ready": PID}``, or ``{"unsafe": REASON}`` and exit).
+only then does it say it is ready (``Ready`` on its stdout, or ``Unsafe`` and exit).
 
-Each connection to SOCKET carries one request (a JSON line: ``args``, ``safe_path``, ``cwd``, ``env``, ``log``) and
-gets ``{"pid": N}`` when the child started (or ``{"refused": REASON}``: start it fresh instead), then
-``{"returncode": N}`` when it ended, negative for a signal as ``subprocess`` reports it. The server ends when its
-stdin closes or the process that started it dies.
+Each connection to SOCKET carries one ``ForkRequest`` and gets ``Forked`` when the child started (or ``Refused``:
+start it fresh instead), then ``Ended`` when it ended; :mod:`~pytest_aoti.forkserver.wire` holds the messages. A
+request that is not one is written to the server's log and its connection closed. The server ends when its stdin
+closes or the process that started it dies.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import io
-import json
 import os
 import runpy
 import selectors
@@ -29,6 +28,7 @@ import warnings
 from typing import Any
 
 from pytest_aoti.core import processes
+from pytest_aoti.forkserver.wire import Ended, Forked, ForkRequest, Ready, Refused, Unsafe, WireError, decode, encode
 
 # The warning filters of a fresh interpreter (with this one's -W and PYTHONWARNINGS, which a child shares or starts
 # fresh): what a child gets back, not those the server's imports and warm-up added.
@@ -139,26 +139,26 @@ def _unbuffered_stdio() -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _become_child(request: dict[str, Any], startup_env: dict[str, str], base_path: list[str]) -> None:
+def _become_child(request: ForkRequest, startup_env: dict[str, str], base_path: list[str]) -> None:
     """In the forked process: become ``python -u [-P] -m pytest ARGS`` started in ``cwd`` with ``env``. Never
     returns."""
     code = 1
     try:
         os.setsid()  # a process group of its own, as a spawned child has: the parent stops it and its workers
         processes.die_with_parent()
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         _unbuffered_stdio()
         print(f"{FORKED_MARK} {os.getppid()}", flush=True)
-        env: dict[str, str] = request["env"]
-        os.chdir(request["cwd"])
+        env = dict(request.env)
+        os.chdir(request.cwd)
         os.environ.clear()
         os.environ.update(env)
         tempfile.tempdir = None  # TMPDIR read afresh
         pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-        sys.path[:] = [*([] if request["safe_path"] else [request["cwd"]]), *pythonpath, *base_path]
+        sys.path[:] = [*([] if request.safe_path else [request.cwd]), *pythonpath, *base_path]
         sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         if env.get("PYTHONFAULTHANDLER"):
             faulthandler.enable()
@@ -172,7 +172,7 @@ def _become_child(request: dict[str, Any], startup_env: dict[str, str], base_pat
             del sys.modules[name]
         import pytest
 
-        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
+        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request.args]
         runpy.run_module("pytest", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as stop:
@@ -222,10 +222,10 @@ class _Server:
     def _handle(self, connection: socket.socket) -> None:
         try:
             connection.settimeout(10)
-            request = json.loads(connection.makefile("r").readline())
-            reason = refusal(request["env"], self.startup_env)
+            request = decode(connection.makefile("rb").readline(), ForkRequest)
+            reason = refusal(dict(request.env), self.startup_env)
             if reason is not None:
-                connection.sendall(json.dumps({"refused": reason}).encode() + b"\n")
+                connection.sendall(encode(Refused(reason)).encode())
                 connection.close()
                 return
             sys.stdout.flush()
@@ -235,9 +235,12 @@ class _Server:
                 self._leave()
                 _become_child(request, self.startup_env, self.base_path)
             self.waiting[pid] = connection
-            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"pytest-aoti fork server: a bad request: {error!r}", file=sys.stderr, flush=True)
+            connection.sendall(encode(Forked(pid)).encode())
+        except WireError as error:  # a client of another version, or not pytest-aoti's: this request only fails
+            print(f"pytest-aoti fork server: a bad request: {error}", file=sys.stderr, flush=True)
+            connection.close()
+        except OSError as error:
+            print(f"pytest-aoti fork server: a request failed: {error!r}", file=sys.stderr, flush=True)
             connection.close()
 
     def _leave(self) -> None:
@@ -260,7 +263,7 @@ class _Server:
             connection = self.waiting.pop(pid, None)
             if connection is not None:
                 try:
-                    connection.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                    connection.sendall(encode(Ended(os.waitstatus_to_exitcode(status))).encode())
                 except OSError:
                     pass  # the client went away; the child ended all the same
                 connection.close()
@@ -288,13 +291,13 @@ def main(socket_path: str) -> None:
     warm_up()
     reason = unsafe_reason()
     if reason is not None:
-        print(json.dumps({"unsafe": reason}), flush=True)
+        print(encode(Unsafe(reason)), end="", flush=True)
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
     server = _Server(listener)
-    print(json.dumps({"ready": os.getpid()}), flush=True)
+    print(encode(Ready(os.getpid())), end="", flush=True)
     server.serve()
 
 

@@ -113,6 +113,7 @@ _INTERNAL = {
     "pytest_aoti.benchmark.errors.BaselineError": "aoti_benchmark fails the test with its message",
     "pytest_aoti.verify.server.Terminated": "the verify server's own shutdown signal (a BaseException)",
     "pytest_aoti.core.cache_files.RefusedCacheFile": "a file in a cache dir that is not read; a warning says so",
+    "pytest_aoti.forkserver.wire.WireError": "a fork server message this side cannot read; that child starts fresh",
 }
 
 

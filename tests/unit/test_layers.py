@@ -46,7 +46,8 @@ def _copy_of_the_package(tmp_path: Path) -> Path:
 
 def test_the_layer_contracts_count_imports_inside_functions(tmp_path: Path) -> None:
     """The contracts of pyproject.toml (run by .ci/run) on a copy of the package with a core module whose function
-    imports pytest and the fixtures, and a cycle inside the core made by an import inside a function: each broken
+    imports pytest and the fixtures, a cycle inside the core made by an import inside a function, and the debug
+    rerun's parent side launching the fork server itself (warm starts are debug.warm_starts' alone): each broken
     contract names the import."""
     lint_imports = Path(sys.executable).with_name("lint-imports")
     if not lint_imports.exists():
@@ -59,6 +60,11 @@ def test_the_layer_contracts_count_imports_inside_functions(tmp_path: Path) -> N
     )
     (core / "cycle_a.py").write_text("def late() -> None:\n    from pytest_aoti.core import cycle_b  # noqa: F401\n")
     (core / "cycle_b.py").write_text("from pytest_aoti.core import cycle_a  # noqa: F401\n")
+    parent = copy / "pytest_aoti" / "debug" / "parent.py"
+    parent.write_text(
+        parent.read_text() + "\n\ndef launch_late() -> None:\n"
+        "    from pytest_aoti.forkserver.client import launch_server  # noqa: F401\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(copy)}
     done = subprocess.run([lint_imports], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -66,6 +72,7 @@ def test_the_layer_contracts_count_imports_inside_functions(tmp_path: Path) -> N
     assert "pytest_aoti.core.late_imports -> pytest (l.2)" in done.stdout
     assert "No cycles are allowed in pytest_aoti.core." in done.stdout
     assert "- .cycle_b -> .cycle_a (1 import)" in done.stdout or "- .cycle_a -> .cycle_b (1 import)" in done.stdout
+    assert "pytest_aoti.debug.parent -> pytest_aoti.forkserver.client (l." in done.stdout
 
 
 @pytest.mark.parametrize(

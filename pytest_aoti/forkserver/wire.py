@@ -1,0 +1,179 @@
+"""What the fork server and its client say to each other: one frozen record per message, named on the wire.
+
+Each message is one JSON line, ``{"message": NAME, "data": {...}}``, written by :func:`encode` and read back by
+:func:`decode`, which names what was wrong with a line that is not one of the messages the reader expects (an unknown
+name, a missing or mistyped field, a message out of place): both sides import these records from here, and neither
+guesses a message from its keys (as pytest-xdist's controller fails on an ``unknown event``).
+
+- The server, once on its stdout: :class:`Ready` (its pid), or :class:`Unsafe` (why no child may be forked from it)
+  before it exits.
+- The client, once per connection: :class:`ForkRequest` (the child's pytest arguments, ``-P``, cwd, environment and
+  log file).
+- The server, on that connection: :class:`Forked` (the child's pid), or :class:`Refused` (why the child must start
+  fresh instead); after :class:`Forked`, :class:`Ended` (its exit status, negative for a signal as ``subprocess``
+  reports it).
+
+Imports neither torch nor pytest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, TypeVar, overload
+
+
+class WireError(ValueError):
+    """A line that is not a message the reader expects; the text says what was wrong with it."""
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type, message: str) -> Any:
+    value = data.get(name)
+    # bool is an int to isinstance: a pid or an exit status that is True is not one.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise WireError(f"{message}: {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The server has warmed up and listens on its socket."""
+
+    NAME: ClassVar[str] = "ready"
+    pid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ready:
+        return cls(_field(data, "pid", int, cls.NAME))
+
+
+@dataclass(frozen=True)
+class Unsafe:
+    """A fork of the server would not be a clean start (CUDA touched while warming up, ...): it exits."""
+
+    NAME: ClassVar[str] = "unsafe"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Unsafe:
+        return cls(_field(data, "reason", str, cls.NAME))
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """Fork a child that becomes ``python -u [-P] -m pytest ARGS`` started in ``cwd`` with ``env``, its output to
+    ``log``."""
+
+    NAME: ClassVar[str] = "fork"
+    args: tuple[str, ...]
+    safe_path: bool
+    cwd: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"args": list(self.args), "safe_path": self.safe_path, "cwd": self.cwd, "env": dict(self.env),
+                "log": self.log}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ForkRequest:
+        args = _field(data, "args", list, cls.NAME)
+        env = _field(data, "env", dict, cls.NAME)
+        if not all(isinstance(arg, str) for arg in args):
+            raise WireError(f"{cls.NAME}: 'args' must be a list of str, got {args!r}")
+        if not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            raise WireError(f"{cls.NAME}: 'env' must map str to str")
+        return cls(
+            args=tuple(args),
+            safe_path=_field(data, "safe_path", bool, cls.NAME),
+            cwd=_field(data, "cwd", str, cls.NAME),
+            env=dict(env),
+            log=_field(data, "log", str, cls.NAME),
+        )
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The child was forked: its pid."""
+
+    NAME: ClassVar[str] = "forked"
+    pid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Forked:
+        return cls(_field(data, "pid", int, cls.NAME))
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The child must start fresh instead: what a fork cannot give it."""
+
+    NAME: ClassVar[str] = "refused"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Refused:
+        return cls(_field(data, "reason", str, cls.NAME))
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The forked child ended: its exit status, negative for the signal that ended it."""
+
+    NAME: ClassVar[str] = "ended"
+    returncode: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ended:
+        return cls(_field(data, "returncode", int, cls.NAME))
+
+
+Message = Ready | Unsafe | ForkRequest | Forked | Refused | Ended
+MESSAGES: dict[str, type[Message]] = {kind.NAME: kind for kind in (Ready, Unsafe, ForkRequest, Forked, Refused, Ended)}
+_One = TypeVar("_One", bound=Message)
+_Other = TypeVar("_Other", bound=Message)
+
+
+def encode(message: Message) -> str:
+    """One line of the wire."""
+    return json.dumps({"message": message.NAME, "data": message.to_dict()}) + "\n"
+
+
+@overload
+def decode(line: str | bytes, expected: type[_One], /) -> _One: ...
+@overload
+def decode(line: str | bytes, expected: type[_One], other: type[_Other], /) -> _One | _Other: ...
+def decode(line: str | bytes, /, *expected: Any) -> Any:
+    """The message ``line`` holds, which must be one of ``expected``; a :class:`WireError` that says what is wrong
+    with anything else."""
+    shown = line[:200]
+    try:
+        record = json.loads(line)
+    except ValueError:
+        raise WireError(f"not a JSON line: {shown!r}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+        raise WireError(f"not a message ({{'message': NAME, 'data': {{...}}}}): {shown!r}")
+    name = record.get("message")
+    kind = MESSAGES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise WireError(f"an unknown message {name!r}: {shown!r}")
+    if kind not in expected:
+        wanted = " or ".join(repr(each.NAME) for each in expected)
+        raise WireError(f"a {name!r} message where {wanted} was expected")
+    return kind.from_dict(record["data"])
