@@ -274,7 +274,10 @@ class NonfiniteOrigin:
     ``ORIGIN_RESULT`` in the repro bundle. A node holding an infinity of a constant it was given (an attention
     mask's ``-inf``, ``masked_fill(-inf)``) is a fill by design, never the origin."""
 
-    outputs: str  # what the replay's outputs hold: "nan", "inf" or "finite" (then the package alone made it)
+    # What the replay's outputs hold: "nan", "inf" or "finite" (then the package alone made it); "raised": the replay
+    # stopped at ``node``, an index read out of range (``kind`` "index") or a node that raised (``kind`` "error"),
+    # and ``output`` says which index and bound, or the error.
+    outputs: str
     kind: str | None = None  # "NaN" or "Inf": what the origin node made from inputs that held none
     node: str | None = None  # the exported program's node name (the provenance data's pre-grad node)
     op: str | None = None  # "aten.log.default"

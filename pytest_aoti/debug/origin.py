@@ -8,6 +8,11 @@ that turned inputs holding no NaN into a NaN is the op that made it. With no NaN
 overflowed to Inf from finite inputs is the origin; a node whose infinities are a constant it was given is a fill.
 When eager's replay stays finite, the package alone made the values: a compiler bug, traced at the kernel level.
 
+The same replay names the op of a package that raised instead: the first index read (an embedding, ``index_select``,
+``gather``, advanced indexing) whose indices fall outside its table, checked before it runs (an index made inside the
+model, such as GPT-2's position ids past ``n_positions``), else the first node that raises in eager (a custom op's
+own check).
+
 Runs as ``python -m pytest_aoti.debug.origin BUNDLE`` (torch imported there, not in the session) and writes
 ``ORIGIN_RESULT`` into the bundle.
 """
@@ -63,6 +68,60 @@ def _range(tensor: torch.Tensor) -> str:
     return ", ".join(parts) or "empty"
 
 
+class _Stopped(Exception):
+    """The replay stopped at ``node``: an index read out of its table's range (``kind`` "index"), or a node that
+    raised (``kind`` "error"); ``what`` says which value and bound, or the error."""
+
+    def __init__(self, node: torch.fx.Node, kind: str, what: str, inputs: list[str]) -> None:
+        super().__init__(what)
+        self.node, self.kind, self.what, self.inputs = node, kind, what, inputs
+
+
+def _index_range(tensor: torch.Tensor) -> str:
+    return f"min {int(tensor.min())}, max {int(tensor.max())}" if tensor.numel() else "empty"
+
+
+def _index_reads(node: torch.fx.Node, args: tuple[Any, ...]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """(table, indices, dim) for each index tensor ``node`` reads a table with; empty for other ops."""
+    target, aten = node.target, torch.ops.aten
+    if target is aten.embedding.default:
+        return [(args[0], args[1], 0)]
+    if target in (aten.index_select.default, aten.gather.default):
+        return [(args[0], args[2], args[1])]
+    if target is aten.index.Tensor:
+        return [(args[0], index, dim) for dim, index in enumerate(args[1]) if isinstance(index, torch.Tensor)]
+    return []
+
+
+def _out_of_range(node: torch.fx.Node, args: tuple[Any, ...]) -> str | None:
+    """``index 39 outside [0, 32) (dim 0 of a 32x16 table)`` for the first of ``node``'s index reads out of range;
+    None when all are in range (negative indices count from the end where the op allows it, as advanced indexing
+    does)."""
+    for table, indices, dim in _index_reads(node, args):
+        if not isinstance(table, torch.Tensor) or not isinstance(indices, torch.Tensor) or not indices.numel():
+            continue
+        if indices.dtype == torch.bool or indices.is_floating_point():
+            continue
+        size = table.shape[dim]
+        low = -size if node.target is torch.ops.aten.index.Tensor else 0
+        bad = indices[(indices < low) | (indices >= size)]
+        if bad.numel():
+            value = int(bad.max()) if bool((bad >= size).any()) else int(bad.min())
+            shape = "x".join(str(n) for n in table.shape)
+            return f"index {value} outside [{low}, {size}) (dim {dim} of a {shape} table)"
+    return None
+
+
+def _input_ranges(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> list[str]:
+    described = []
+    for arg in node.all_input_nodes:
+        value = env.get(arg)
+        if isinstance(value, torch.Tensor) and value.numel():
+            text = _range(value) if value.is_floating_point() else _index_range(value)
+            described.append(f"{arg.name} ({'x'.join(str(n) for n in value.shape)}: {text})")
+    return described
+
+
 class _Replay(torch.fx.Interpreter):
     """Runs the graph and keeps the first node that made a NaN and the first that overflowed to Inf."""
 
@@ -80,8 +139,18 @@ class _Replay(torch.fx.Interpreter):
         return self.held[node]
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        value = super().run_node(n)
-        if n.op != "call_function" or not _tensors(value):
+        if n.op != "call_function":
+            return super().run_node(n)
+        args, _ = self.fetch_args_kwargs_from_env(n)
+        outside = _out_of_range(n, args)
+        if outside is not None:
+            raise _Stopped(n, "index", outside, _input_ranges(n, self.env))
+        try:
+            value = super().run_node(n)
+        except Exception as error:  # the user's model and custom ops: where eager raises is the answer
+            what = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+            raise _Stopped(n, "error", what[:300], _input_ranges(n, self.env)) from error
+        if not _tensors(value):
             return value
         inputs = {arg: self.env[arg] for arg in n.all_input_nodes if arg in self.env}
         before = [self._held(arg, held) for arg, held in inputs.items()]
@@ -102,10 +171,22 @@ class _Replay(torch.fx.Interpreter):
 
 
 def replay(module: torch.fx.GraphModule, flat_inputs: Sequence[Any]) -> NonfiniteOrigin:
-    """The origin of the outputs' NaN (else Inf) in one eager run of ``module`` on ``flat_inputs``."""
+    """The origin of the outputs' NaN (else Inf) in one eager run of ``module`` on ``flat_inputs``; or where the run
+    stopped: an index out of range, a node that raised."""
     interpreter = _Replay(module)
-    with torch.no_grad():
-        outputs = interpreter.run(*flat_inputs)
+    try:
+        with torch.no_grad():
+            outputs = interpreter.run(*flat_inputs)
+    except _Stopped as stopped:
+        return NonfiniteOrigin(
+            "raised",
+            kind=stopped.kind,
+            node=stopped.node.name,
+            op=str(stopped.node.target),
+            inputs=stopped.inputs,
+            output=stopped.what,
+            fills=interpreter.fills,
+        )
     held = "nan" if _holds(outputs, "NaN") else "inf" if _holds(outputs, "Inf") else "finite"
     kind = {"nan": "NaN", "inf": "Inf"}.get(held)
     if kind is None or kind not in interpreter.births:
