@@ -35,6 +35,7 @@ from pytest_aoti.core.errors import (
     AOTIInvariantError,
     AOTIMismatchError,
     AOTIOutputSpecError,
+    AOTIPackageRunError,
     AOTITypeError,
     AOTIValueError,
     hide_usage_errors,
@@ -350,6 +351,12 @@ class CompiledModel:
             if spec_error is None:
                 raise
             raise spec_error from None  # torch's frames say nothing the message does not
+        except RuntimeError as error:
+            self._note_poisoned(error)
+            run_error = package_run_error(error)
+            if run_error is None:
+                raise
+            raise run_error from None  # torch's C++ frames say nothing the message does not
         except Exception as error:
             self._note_poisoned(error)
             raise
@@ -520,6 +527,41 @@ def output_spec_error(error: ValueError, out_spec: Any) -> AOTIOutputSpecError |
         "cache object, is a known cause): return plain tensors or a registered pytree type from forward, or "
         f"compare torch.export.export(model, ...).module()'s outputs with the model's. (torch: {error})"
     )
+
+
+# A CPU kernel's failed TORCH_CHECK: "index out of bounds: tmp6 < 32L\nException raised from cpp_fused_…_1 at
+# /tmp/…/c….kernel.cpp:83 (most recent call first):". A Python op's error raised through the package: "ValueError: …"
+# then "At:" and its frames, innermost first, as "  /path/file.py(8): function".
+_KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at \S+\.cpp:\d+")
+_PYTHON_FRAME = re.compile(r"^\s+(?P<file>\S+\.py)\((?P<line>\d+)\): (?P<function>\S+)$", re.MULTILINE)
+
+
+def package_run_error(error: RuntimeError) -> AOTIPackageRunError | None:
+    """torch's error from a package's run said as what happened: the kernel whose check failed, or the Python op
+    that raised and its line; None for any other error (a CUDA error, AOTI's generic wrapper), which stays torch's."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    kernel = _KERNEL_RAISED.search(text)
+    if kernel is not None:
+        condition = re.sub(r"(\d)L\b", r"\1", first)
+        why = (
+            " (an index that reads a table is outside it: an index the model computes, such as position ids past "
+            "its positions, or an input's)"
+            if "index out of bounds" in first
+            else ""
+        )
+        return AOTIPackageRunError(
+            f"the package raised in kernel {kernel['kernel']}: {condition}{why}. --aoti-debug names the op and "
+            "its line in your model"
+        )
+    head, _, frames = text.partition("\n\nAt:\n")
+    if not frames:
+        return None
+    torch_dir = torch_install_dir() or "\0"
+    found = (m for m in _PYTHON_FRAME.finditer(frames) if not m["file"].startswith(torch_dir))
+    frame = next(found, None)
+    at = f" at {frame['file']}:{frame['line']} in {frame['function']}" if frame is not None else ""
+    return AOTIPackageRunError(f"a Python op the package calls (a custom op) raised{at}: {head.strip()}")
 
 
 def _build_package(

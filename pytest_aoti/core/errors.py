@@ -169,6 +169,14 @@ class AOTIOutputSpecError(AOTIError):
     failure_kind: ClassVar[str] = FailureKind.COMPILE
 
 
+class AOTIPackageRunError(AOTIError, RuntimeError):
+    """The package raised while it ran: one of its CPU kernels failed its index check, or a Python op it calls (a
+    custom op) raised. Said as what happened, with the kernel or the op's line, without torch's C++ frames (failure
+    kind ``package_error``). A ``RuntimeError`` still, as torch's own error was."""
+
+    failure_kind: ClassVar[str] = FailureKind.PACKAGE_ERROR
+
+
 class AOTIMismatchError(AOTIError, AssertionError):
     """``aoti_check``: the package's outputs differ from eager's (``torch.testing.assert_close``'s message).
 

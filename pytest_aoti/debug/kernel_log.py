@@ -260,7 +260,9 @@ def device_assert_site(log: str) -> AssertSite | None:
     return AssertSite(match["file"], int(match["line"]), match["function"], match["condition"].strip())
 
 
+# "0 <= tmp4 < 100", or "tmp6 < 32" where Inductor proved the index is not negative (an ``arange``'s position ids).
 _BOUNDS = re.compile(r"(?P<low>-?\d+)\s*<=\s*\w+\s*<\s*(?P<high>-?\d+)")
+_UPPER_BOUND = re.compile(r"out of bounds: [A-Za-z_]\w*\s*<\s*(?P<high>-?\d+)")
 
 
 def device_assert(log: str) -> str | None:
@@ -286,6 +288,13 @@ def asserted_bounds(condition: str | None) -> tuple[int, int] | None:
     """``(low, high)`` of a ``low <= x < high`` device assert (an index check), if the condition is one."""
     match = _BOUNDS.search(condition or "")
     return (int(match.group("low")), int(match.group("high"))) if match else None
+
+
+def is_index_check(condition: str | None) -> bool:
+    """Whether a failed assert or check is an index check: ``low <= x < high``, or ``x < high`` where Inductor proved
+    the index is not negative. The one-sided form guards an index the kernel computes (GPT-2's position ids, an
+    ``arange``), so no input's range is held to its bound."""
+    return asserted_bounds(condition) is not None or _UPPER_BOUND.search(condition or "") is not None
 
 
 def kernel_inputs(stats: list[TensorStats], kernel: str, launch: int | None = None) -> list[TensorStats]:

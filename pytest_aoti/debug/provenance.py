@@ -121,12 +121,22 @@ def launch_of(sources: list[KernelSource], kernel: str, occurrence: int = 1) -> 
     return None
 
 
-def where(source: KernelSource, relative_to: Path | None = None, limit: int = 2, *, indexing: bool = False) -> str:
+def where(
+    source: KernelSource,
+    relative_to: Path | None = None,
+    limit: int = 2,
+    *,
+    indexing: bool = False,
+    first: SourceLine | None = None,
+) -> str:
     """``at model.py:42 in forward: h = …`` for a kernel, or which op it runs when no user line is known;
-    ``indexing``: its index reads' lines first (it failed an index check)."""
+    ``indexing``: its index reads' lines first (it failed an index check); ``first``: that line before all, when the
+    kernel computes it (the op the failure was traced to)."""
     lines = source.lines
     if indexing and source.index_lines:
         lines = (*source.index_lines, *(line for line in source.lines if line not in source.index_lines))
+    if first is not None and first in lines:
+        lines = (first, *(line for line in lines if line != first))
     if lines:
         shown = "; ".join(line.describe(relative_to) for line in lines[:limit])
         more = f" (and {len(lines) - limit} more)" if len(lines) > limit else ""

@@ -37,8 +37,10 @@ def _at(verdict: Verdict, role: str) -> str:
 
 
 def _source_of(verdict: Verdict, role: str, source: provenance.KernelSource) -> str:
-    indexing = role == "suspect" and kernel_log.asserted_bounds(verdict.device_assert or verdict.bounds_check)
-    return provenance.where(source, verdict.source_root, indexing=indexing is not None)
+    indexing = role == "suspect" and kernel_log.is_index_check(verdict.device_assert or verdict.bounds_check)
+    # The op the eager replay stopped at (the index read out of range) leads among the kernel's lines.
+    first = verdict.origin_line if verdict.origin is not None and verdict.origin.outputs == "raised" else None
+    return provenance.where(source, verdict.source_root, indexing=indexing, first=first)
 
 
 # Which named kernel's source line is the answer, most specific first.
@@ -50,7 +52,9 @@ def source_line(verdict: Verdict) -> str | None:
     if verdict.crashed_after_run and verdict.crash_frame is not None:
         return f"crash: at {verdict.crash_frame.describe(verdict.source_root)}"
     origin = verdict.origin
-    if nan_leads(verdict) and origin is not None and origin.op is not None and verdict.origin_line is not None:
+    named = origin is not None and origin.op is not None and verdict.origin_line is not None
+    if named and (nan_leads(verdict) or stopped_text(verdict) is not None):
+        assert origin is not None and verdict.origin_line is not None
         return f"{origin.op}: at {verdict.origin_line.describe(verdict.source_root)}"
     roles = ("nonfinite", *_SOURCE_ROLES) if nan_leads(verdict) else _SOURCE_ROLES
     for role in roles:
@@ -68,7 +72,8 @@ def nan_leads(verdict: Verdict) -> bool:
     rerun failed (it did not crash or hang) with no index check or CUDA error to explain first. Its headline then
     leads with that op, else that kernel."""
     first = verdict.first
-    found = verdict.first_nonfinite is not None or (verdict.origin is not None and verdict.origin.kind is not None)
+    origin = verdict.origin
+    found = verdict.first_nonfinite is not None or (origin is not None and origin.kind in ("NaN", "Inf"))
     return (
         found
         and first is not None
@@ -96,7 +101,7 @@ def origin_text(verdict: Verdict) -> str | None:
     (that kernel's other lines after it): ``NaN made by aten.log.default at model.py:12 in forward: …``. Or that
     eager stays finite, so the package's kernels made it."""
     origin = verdict.origin
-    if origin is None:
+    if origin is None or origin.outputs == "raised":
         return None
     if origin.kind is None or origin.node is None:
         if origin.outputs == "finite":
@@ -116,6 +121,25 @@ def origin_text(verdict: Verdict) -> str | None:
         also = f" (its other lines: {'; '.join(o.describe(verdict.source_root) for o in others[:2])})" if others else ""
         text += f", in kernel {kernel.name}{also}"
     return text
+
+
+def stopped_text(verdict: Verdict) -> str | None:
+    """The op where eager's replay of the failing call stops too, when the package raised (not crashed): an index
+    read out of its table's range (``index out of range in aten.embedding.default (node embedding_1) at …: index 39
+    outside [0, 32) …``) or an op that raises (a custom op's own check), with its line and the launch that runs it."""
+    origin, first = verdict.origin, verdict.first
+    if origin is None or origin.outputs != "raised" or first is None or first.outcome is not Outcome.FAILED:
+        return None
+    line = verdict.origin_line
+    at = f" at {line.describe(verdict.source_root)}" if line is not None else ""
+    if origin.kind == "index":
+        text = f"index out of range in {origin.op} (node {origin.node}){at}: {origin.output}"
+    else:
+        text = f"{origin.op} (node {origin.node}) raises in eager too{at}: {origin.output}"
+    if origin.inputs:
+        text += f"; its inputs: {', '.join(origin.inputs[:3])}{' …' if len(origin.inputs) > 3 else ''}"
+    kernel = verdict.sources.get("origin")
+    return text + (f"; in the package: {kernel.name}" if kernel is not None else "")
 
 
 def fills_text(verdict: Verdict) -> str | None:
@@ -290,7 +314,8 @@ def headline(verdict: Verdict) -> str:
         if part is not None
     ]
     leads = nan_leads(verdict)
-    parts = [*(nan_parts if leads else []), described]
+    stopped = stopped_text(verdict)
+    parts = [*(nan_parts if leads else []), *([stopped] if stopped is not None else []), described]
     if verdict.test_failure is not None:
         parts.append(f"not the test's failure ({_failure_text(verdict.test_failure)}): this explains the rerun's")
     where = _where_the_run_was(verdict, crashed=first.outcome is Outcome.CRASHED)
@@ -501,7 +526,9 @@ def _nonfinite_lines(verdict: Verdict) -> list[str]:
     it, and whether the NaN assert agrees."""
     lines = [text for text in (origin_text(verdict), fills_text(verdict)) if text is not None]
     origin = verdict.origin
-    if origin is not None and origin.output is not None:
+    if origin is not None and origin.outputs == "raised":
+        lines.append(f"eager replay stopped at node {origin.node}: {origin.output}; inputs: {'; '.join(origin.inputs)}")
+    elif origin is not None and origin.output is not None:
         lines.append(f"eager replay: {origin.output} made by node {origin.node}; inputs: {'; '.join(origin.inputs)}")
     if origin is not None and origin.error is not None:
         lines.append(f"eager replay of the exported program not possible: {origin.error}")

@@ -520,17 +520,32 @@ def debug_rerun(
     origin = None
     if wants_origin(results, nonfinite_failure=plan.nonfinite_failure) and not pipeline.stopped:
         origin = nonfinite_origin(pipeline.bundle, workdir, timeout=request.timeout)
+        explains = origin is not None and (
+            origin.outputs == "raised" or nonfinite_failure_found(results, plan.nonfinite_failure)
+        )
+        origin = origin if explains else None  # eager that ran through tells nothing of an error the package raised
     seconds = time.monotonic() - started
     bundle = pipeline.read_bundle(config.invocation_params.dir)
     return make_verdict(nodeid, results, minify=minify, bundle=bundle, seconds=seconds, failure=failure, origin=origin)
 
 
+def nonfinite_failure_found(results: StageResults, nonfinite_failure: bool) -> bool:
+    """The test found a NaN/Inf in an output, or a stage's NaN assert or printer did."""
+    return nonfinite_failure or results.signals.nan_assert is not None or results.first_nonfinite is not None
+
+
+def raised_in_package(results: StageResults) -> bool:
+    """A rerun failed while the package ran, with an error rather than a crash: a CPU kernel's index check, a custom
+    op that raised. The eager replay stops at the op too, and names it."""
+    return results.phase == "run" and any(run.outcome is Outcome.FAILED for run in results.runs)
+
+
 def wants_origin(results: StageResults, *, nonfinite_failure: bool) -> bool:
-    """Whether the failure is a NaN/Inf the repro bundle can replay in eager: the test found one in an output, or a
-    stage's NaN assert or printer did, and the rerun that recorded the bundle reproduced the failure."""
-    nonfinite = nonfinite_failure or results.signals.nan_assert is not None or results.first_nonfinite is not None
+    """Whether the failure is one the repro bundle's eager replay explains (a NaN/Inf, or an error the package
+    raised) and the rerun that recorded the bundle reproduced it, with no crash (which the replay would repeat)."""
     crashed = any(run.outcome is Outcome.CRASHED for run in results.runs)
-    return nonfinite and not crashed and results.reproduced
+    wanted = nonfinite_failure_found(results, nonfinite_failure) or raised_in_package(results)
+    return wanted and not crashed and results.reproduced
 
 
 def nonfinite_origin(bundle: Path, workdir: Path, *, timeout: float) -> NonfiniteOrigin | None:
@@ -704,7 +719,9 @@ def kernel_sources(
     if verdict.numerics is not None and verdict.numerics.diverged is not None:
         find("divergent", verdict.numerics.diverged.kernel)
     origin = verdict.origin.node if verdict.origin is not None else None
-    holding = next((source for source in sources if origin is not None and origin in source.nodes), None)
+    # The call of the op alone (a custom op's extern call) before a kernel that fused it among others.
+    holding = next((source for source in sources if origin is not None and source.nodes == (origin,)), None)
+    holding = holding or next((source for source in sources if origin is not None and origin in source.nodes), None)
     if holding is not None:
         found["origin"] = holding
     return found
