@@ -122,12 +122,25 @@ def _input_ranges(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> list[st
     return described
 
 
+def _made(value: Any, kind: str) -> str:
+    """``12 of 512 values NaN``: how many of a node's values are of ``kind``."""
+    test = torch.isnan if kind == "NaN" else torch.isinf
+    made = sum(int(test(t).sum()) for t in _tensors(value))
+    return f"{made} of {sum(t.numel() for t in _tensors(value))} values {kind}"
+
+
 class _Replay(torch.fx.Interpreter):
-    """Runs the graph and keeps the first node that made a NaN and the first that overflowed to Inf."""
+    """Runs the graph and keeps each node that made a NaN, which births each NaN value carries, and the first node
+    that overflowed to Inf."""
 
     def __init__(self, module: torch.fx.GraphModule) -> None:
         super().__init__(module)
-        self.births: dict[str, tuple[torch.fx.Node, Any, list[str]]] = {}  # kind -> (node, value, its inputs)
+        self.output_node = next(node for node in module.graph.nodes if node.op == "output")
+        # kind -> (node, how many values it made, its inputs): every NaN birth, in the order they ran; the first Inf.
+        self.births: dict[str, dict[torch.fx.Node, tuple[str, list[str]]]] = {"NaN": {}, "Inf": {}}
+        # The births whose NaN a value holding NaN carries: a NaN made and then dropped (a "safe" ``where(x > 0,
+        # log(x), 0)``) is no origin of the NaN in the outputs.
+        self.lineage: dict[torch.fx.Node, frozenset[torch.fx.Node]] = {}
         self.fills: list[str] = []
         # What each value holds (a NaN; the signs of its infinities), read once when it is made, not again for each
         # node that reads it.
@@ -150,24 +163,40 @@ class _Replay(torch.fx.Interpreter):
         except Exception as error:  # the user's model and custom ops: where eager raises is the answer
             what = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
             raise _Stopped(n, "error", what[:300], _input_ranges(n, self.env)) from error
-        if not _tensors(value):
-            return value
+        if _tensors(value):
+            self._record(n, value)
+        return value
+
+    def _record(self, n: torch.fx.Node, value: Any) -> None:
         inputs = {arg: self.env[arg] for arg in n.all_input_nodes if arg in self.env}
-        before = [self._held(arg, held) for arg, held in inputs.items()]
+        before = {arg: self._held(arg, held) for arg, held in inputs.items()}
         nan, infinities = self._held(n, value)
+        carried = [arg for arg, (had_nan, _) in before.items() if had_nan]
+        if nan:
+            self.lineage[n] = frozenset().union(*(self.lineage.get(arg, frozenset()) for arg in carried))
         made = {
-            "NaN": nan and not any(had_nan for had_nan, _ in before),
-            "Inf": bool(infinities - set().union(*(signs for _, signs in before))),
+            "NaN": nan and not carried,
+            "Inf": not self.births["Inf"] and bool(infinities - set().union(*(s for _, s in before.values()))),
         }
         for kind in ("NaN", "Inf"):
-            if kind in self.births or not made[kind]:
+            if not made[kind]:
                 continue
             if kind == "Inf" and _constant_infinity(n):
                 self.fills.append(n.name)
-            else:
-                described = [f"{arg.name} ({_range(t[0])})" for arg, v in inputs.items() if (t := _tensors(v))]
-                self.births[kind] = (n, value, described)
-        return value
+                continue
+            described = [f"{arg.name} ({_range(t[0])})" for arg, v in inputs.items() if (t := _tensors(v))]
+            self.births[kind][n] = (_made(value, kind), described)
+            if kind == "NaN":
+                self.lineage[n] = frozenset({n})
+
+    def origin(self, kind: str) -> tuple[torch.fx.Node, str, list[str]] | None:
+        """The first birth of ``kind`` that reaches the outputs: of a NaN, the first whose NaN an output carries."""
+        births = self.births[kind]
+        if kind == "NaN":
+            reaching = set().union(*(self.lineage.get(leaf, frozenset()) for leaf in self.output_node.all_input_nodes))
+            births = {node: birth for node, birth in births.items() if node in reaching}
+        first = next(iter(births.items()), None)
+        return (first[0], *first[1]) if first is not None else None
 
 
 def replay(module: torch.fx.GraphModule, flat_inputs: Sequence[Any]) -> NonfiniteOrigin:
@@ -189,18 +218,17 @@ def replay(module: torch.fx.GraphModule, flat_inputs: Sequence[Any]) -> Nonfinit
         )
     held = "nan" if _holds(outputs, "NaN") else "inf" if _holds(outputs, "Inf") else "finite"
     kind = {"nan": "NaN", "inf": "Inf"}.get(held)
-    if kind is None or kind not in interpreter.births:
+    found = interpreter.origin(kind) if kind is not None else None
+    if kind is None or found is None:
         return NonfiniteOrigin(held, fills=interpreter.fills)
-    node, value, inputs = interpreter.births[kind]
-    made = sum(int((torch.isnan(t) if kind == "NaN" else torch.isinf(t)).sum()) for t in _tensors(value))
-    total = sum(t.numel() for t in _tensors(value))
+    node, output, inputs = found
     return NonfiniteOrigin(
         held,
         kind=kind,
         node=node.name,
         op=str(node.target),
         inputs=inputs,
-        output=f"{made} of {total} values {kind}",
+        output=output,
         fills=interpreter.fills,
     )
 

@@ -77,3 +77,18 @@ class Finite(torch.nn.Module):
 def test_a_finite_replay_says_so_and_names_no_origin() -> None:
     origin = _replay(Finite(), torch.randn(3))
     assert (origin.outputs, origin.kind, origin.node) == ("finite", None, None), origin
+
+
+class SafeLogThenUserLog(torch.nn.Module):
+    """A "safe" log that real models write (``where(x > 0, log(x), 0)``): its log makes NaN at the negatives, which
+    the ``where`` drops. The NaN in the outputs is the user's ``log`` after it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        safe = torch.where(x > 0, torch.log(x), torch.zeros_like(x))
+        return torch.log(safe - 100.0)
+
+
+def test_a_nan_made_and_dropped_before_is_not_the_origin_of_the_outputs_nan() -> None:
+    origin = _replay(SafeLogThenUserLog(), torch.tensor([-1.0, 0.5, 2.0]))
+    assert (origin.outputs, origin.kind, origin.node) == ("nan", "NaN", "log_1"), origin
+    assert origin.output == "3 of 3 values NaN", origin
