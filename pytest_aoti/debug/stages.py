@@ -519,14 +519,22 @@ def debug_rerun(
         minify = _minify(results, pipeline.bundle, workdir, budget=request.minify_budget, mismatch=plan.mismatch)
     origin = None
     if wants_origin(results, nonfinite_failure=plan.nonfinite_failure) and not pipeline.stopped:
-        origin = nonfinite_origin(pipeline.bundle, workdir, timeout=request.timeout)
-        explains = origin is not None and (
-            origin.outputs == "raised" or nonfinite_failure_found(results, plan.nonfinite_failure)
+        origin = explaining_origin(
+            nonfinite_origin(pipeline.bundle, workdir, timeout=request.timeout), results, plan.nonfinite_failure
         )
-        origin = origin if explains else None  # eager that ran through tells nothing of an error the package raised
     seconds = time.monotonic() - started
     bundle = pipeline.read_bundle(config.invocation_params.dir)
     return make_verdict(nodeid, results, minify=minify, bundle=bundle, seconds=seconds, failure=failure, origin=origin)
+
+
+def explaining_origin(
+    origin: NonfiniteOrigin | None, results: StageResults, nonfinite_failure: bool
+) -> NonfiniteOrigin | None:
+    """The replay's answer where it explains the failure: where it stopped, or of a NaN/Inf failure what made it.
+    A replay that ran through tells nothing of an error the package raised (its "stays finite" speaks of a NaN)."""
+    if origin is None or origin.outputs == "raised" or nonfinite_failure_found(results, nonfinite_failure):
+        return origin
+    return None
 
 
 def nonfinite_failure_found(results: StageResults, nonfinite_failure: bool) -> bool:
