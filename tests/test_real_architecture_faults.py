@@ -1,9 +1,10 @@
-"""Faults on a real architecture that stop the package with an error (issue 61 item 6): transformers' GPT-2 from a
-tiny config made in code (random weights, no download), fed more tokens than it has positions (the position ids are
-made inside the model, so no input check sees them, and the CPU kernel's index check fails), and with a user's custom
-op that raises inside it. The plain failure names the kernel or the op's line, with no torch frames; the verdict of
-``--aoti-debug`` leads with the op where eager's replay of the failing call stops too, its line and the bad index.
-The NaN faults are ``tests/test_real_architectures.py``'s; the replay alone, on more architectures, is
+"""Faults on a real architecture (issue 61 item 6): transformers' GPT-2 from a tiny config made in code (random weights,
+no download), fed more tokens than it has positions (the position ids are made inside the model, so no input check
+sees them, and the CPU kernel's index check fails), with a user's custom op that raises inside it, and with a user's
+stateful activation (a divergence). The plain failure names the kernel or the op's line, with no torch frames; the
+verdict of ``--aoti-debug`` leads with the op where eager's replay of the failing call stops too, its line and the
+bad index; the divergence's names the first divergent kernel and the user's line. The NaN faults are
+``tests/test_real_architectures.py``'s; the replay alone, on more architectures, is
 ``tests/unit/test_origin_real_architectures.py``'s."""
 
 from __future__ import annotations
@@ -59,15 +60,33 @@ def test_custom_op_raises(aoti_compile):
     model.h[0].mlp.act = CheckedActivation()
     ids = torch.randint(0, 50, (1, 8))
     aoti_compile(model, (ids,))(ids)
+
+
+class CountingActivation(torch.nn.Module):
+    # A user's activation that keeps state: export bakes the count it traced with, eager counts on.
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, h):
+        self.calls += 1
+        return torch.nn.functional.gelu(h) * self.calls
+
+
+def test_stateful_activation(aoti_check):
+    model = gpt2()
+    model.h[0].mlp.act = CountingActivation()
+    # Export traces one call ahead, as eager's first call: the second input set is where they part.
+    aoti_check(model, (torch.randint(0, 50, (1, 8)),), more_inputs=[(torch.randint(0, 50, (1, 8)),)])
 """
 
 
-def test_an_index_made_inside_gpt2_and_a_custom_op_that_raises_name_the_op_and_the_line(
+def test_an_index_a_custom_op_and_a_stateful_module_in_gpt2_name_the_op_and_the_line(
     pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
     pytester.makepyfile(test_faults=FAULTS)
     result = run_pytest("--aoti-debug", "-p", "no:logging")
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=3)
     text = result.stdout.str()
     # The plain failures: pytest-aoti's error, naming the kernel or the custom op's line; no C++ frames.
     assert re.search(
@@ -101,3 +120,13 @@ def test_an_index_made_inside_gpt2_and_a_custom_op_that_raises_name_the_op_and_t
         text,
         re.MULTILINE,
     ), text
+    # The divergence: the first divergent kernel is the user's activation's, not transformers' mask kernel (whose
+    # cumsum an extern call finishes and whose diff no buffer holds).
+    divergent = re.search(
+        r"^verdict: [^\n]*; first divergent kernel: (?P<kernel>cpp_fused_\w*gelu\w*) \(nodes: [^)]*\) at "
+        r"test_faults\.py:\d+ in forward: return torch\.nn\.functional\.gelu\(h\) \* self\.calls",
+        text,
+        re.MULTILINE,
+    )
+    assert divergent is not None, text
+    assert "the difference comes from export, not Inductor" in text, text

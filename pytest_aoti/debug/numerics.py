@@ -43,7 +43,10 @@ from pytest_aoti.core.protocol import Event, Finding, KernelFinding, append_even
 from pytest_aoti.core.torch_private import HigherOrderOperator, TorchDispatchMode, default_tolerances
 
 # The printer's level 1 writes ``<cwd>/tmp/aoti_torch<before|after>_launch_<kernel>_<arg>_<device>.pt``.
-_SAVE_CALL = re.compile(r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"(\w+)"\s*\)')
+# An extern call's saves name its ATen op (``at::_ops::cumsum::call``).
+_SAVE_CALL = re.compile(
+    r'aoti_torch_save_tensor_handle\(\s*\w+,\s*"(\w+)",\s*"(before|after)_launch",\s*"([\w:]+)"\s*\)'
+)
 _HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\w+):(\d+)")
 # The wrapper hands a dead buffer's memory to a new one: ``auto buf1 = std::move(buf0);  // reuse``.
 _REUSE = re.compile(r"auto\s+(\w+)\s*=\s*std::move\((\w+)\);\s*//\s*reuse")
@@ -94,13 +97,18 @@ def package_launches(package_path: Path) -> list[Launch]:
             if last_when != "before" or parsed[-1][0] != kernel:
                 parsed.append((kernel, [], _nodes(info, handle, kernel), tuple(reused)))
                 reused = []
+                handle = None  # the handle written next to this launch: no later launch's
             parsed[-1][1].append(arg)
         last_when = when
     return [Launch(kernel, tuple(args), nodes, moves) for kernel, args, nodes, moves in parsed]
 
 
 def _nodes(info: dict[str, Any], handle: str | None, kernel: str) -> tuple[str, ...]:
-    entry = info.get(handle or "") if handle and handle.startswith(kernel + ":") else None
+    """The nodes of the launch of ``kernel`` whose handle the wrapper wrote next to it. An extern call saves its
+    arguments under its ATen op's name (``at::_ops::cumsum::call``), not its handle's (``aoti_torch_cpu_cumsum:2``):
+    its handle is the one written next to it, else the nodes it finishes would count as the kernel's before it."""
+    own = any(key.rsplit(":", 1)[0] == kernel for key in info)
+    entry = info.get(handle or "") if handle and (handle.startswith(kernel + ":") or not own) else None
     if entry is None:  # no handle next to this launch: the kernel's only entry, if it has one
         matching = [v for k, v in info.items() if k.rsplit(":", 1)[0] == kernel]
         entry = matching[0] if len(matching) == 1 else None
@@ -166,6 +174,7 @@ class _NodeTracking(torch.fx.Interpreter):
         self.ops = recorder.ops  # filled as the graph runs
         self.values: dict[str, Any] = {}
         self.items: dict[str, tuple[str, int]] = {}  # node -> (multi-output node, index): ``getitem``s dispatch nothing
+        self.users: dict[str, tuple[str, ...]] = {}  # node -> the nodes that read it ("output" for the graph's)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.node = n.name
@@ -173,6 +182,7 @@ class _NodeTracking(torch.fx.Interpreter):
         self.recorder.node = None
         if n.op == "call_function":
             self.values[n.name] = value
+            self.users[n.name] = tuple(user.name for user in n.users)
             source, index = (*n.args, None, None)[:2]
             if n.target is operator.getitem and isinstance(source, torch.fx.Node) and isinstance(index, int):
                 self.items[n.name] = (source.name, index)
@@ -201,6 +211,7 @@ class NodeValues:
     exported: dict[str, torch.Tensor] = field(default_factory=dict)
     reference: dict[str, torch.Tensor] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # graph order
+    users: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> the nodes that read it
     notes: list[str] = field(default_factory=list)
 
 
@@ -213,6 +224,7 @@ def node_values(eager_ops: list[_Op], program: ExportedProgram, flat_inputs: Seq
     values = NodeValues()
     traced = _interpret(program, flat_inputs)
     program_ops = traced.ops
+    values.users = traced.users
     matcher = difflib.SequenceMatcher(
         a=[op.name for op in program_ops], b=[op.name for op in eager_ops], autojunk=False
     )
@@ -357,7 +369,9 @@ def first_divergence(
         ]
         # A node is compared where it is finished (its last launch), with the written buffer closest to eager's
         # value: a fused kernel may also store intermediates of the node's shape.
-        finished = (n for n in launch.nodes if n in values.eager and last_launch.get(n) == number)
+        finished = (
+            n for n in launch.nodes if n in values.eager and last_launch.get(n) == number and _stored(n, launch, values)
+        )
         candidates = sorted(finished, key=lambda n: position.get(n, -1), reverse=True)
         worst: tuple[KernelFinding, Difference] | None = None
         for node in candidates:
@@ -391,6 +405,14 @@ def first_divergence(
             if finding.past_tolerance is None:
                 finding.past_tolerance = worst[0]
     return _finished(finding, tolerance, first_dtype)
+
+
+def _stored(node: str, launch: Launch, values: NodeValues) -> bool:
+    """Whether ``launch`` may store ``node``'s value: something outside the launch reads it (another launch, the
+    graph's outputs). A node whose every reader the same fused kernel computes lives in registers only (GPT-2's
+    ``diff`` inside the kernel that stores ``ne(diff)``), and the closest buffer would be another node's."""
+    users = values.users.get(node)
+    return not users or any(user not in launch.nodes for user in users)
 
 
 def _finished(finding: Finding, tolerance: tuple[float, float] | None, dtype: torch.dtype | None) -> Finding:
