@@ -17,6 +17,7 @@ import pytest
 from pytest_aoti.cache.session import session_cache
 from pytest_aoti.core.errors import AOTICompileError, AOTIExportError, AOTITypeError
 from pytest_aoti.core.observers import NO_OBSERVERS, CallObservers
+from pytest_aoti.roles import uses_aoti, worker_id
 from pytest_aoti.settings import item_settings, session_temp_key, settings_key
 
 if TYPE_CHECKING:
@@ -53,13 +54,11 @@ device_property_key = pytest.StashKey[str]()
 def aoti_device(request: pytest.FixtureRequest) -> torch.device:
     """The device to compile for, from ``--aoti-device`` / ini ``aoti_device``; under xdist, ``auto`` gives each
     worker its own GPU. It is also made the current CUDA device, so a test's plain ``"cuda"`` tensors land there."""
-    from pytest_aoti.core.devices import workerid
-
     pytestconfig = request.config
     if pytestconfig.pluginmanager.has_plugin("tmpdir"):  # every aoti fixture starts here: see session_temp_key
         pytestconfig.stash[session_temp_key] = request.getfixturevalue("tmp_path_factory")
 
-    device = resolve_device(pytestconfig.stash[settings_key].device, workerid(pytestconfig))
+    device = resolve_device(pytestconfig.stash[settings_key].device, worker_id(pytestconfig))
     shown = str(device)
     if device.type == "cuda" and device.index is not None:
         import torch
@@ -391,7 +390,7 @@ def pytest_runtest_makereport(
     compiled = item.stash.get(compiled_key, [])
     device = item.config.stash.get(device_property_key, None)
     # The setup report's device, for a process that logs a test that crashed: debug.crash_route.stamp_test_report.
-    if device is not None and "aoti_device" in getattr(item, "fixturenames", ()) and report.when == "teardown":
+    if device is not None and uses_aoti(item) and report.when == "teardown":
         report.user_properties = [*report.user_properties, ("aoti_device", device)]
     if report.when == "teardown" and compiled:
         report.user_properties = [

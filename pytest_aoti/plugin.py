@@ -2,7 +2,9 @@
 
 The process the user started (and each of its xdist workers) gets :class:`~pytest_aoti.debug.parent.ParentSession`; a
 child that pytest-aoti spawned to rerun or isolate one test gets :class:`~pytest_aoti.debug.child_session.ChildSession`;
-both get the fixtures. No hook asks which side it is on. Importing this module must not import torch.
+both get the fixtures, and every process gets :class:`~pytest_aoti.debug.warm_starts.WarmStarts`, the fork server's
+owner. No hook asks which side it is on: the role is settled once here (:func:`pytest_aoti.roles.settle`). Importing
+this module must not import torch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from pytest_aoti.core.torch_logs import quiet_torch_trace
 from pytest_aoti.debug import options as debug_options
 from pytest_aoti.debug.options import CrashGuard, debug_settings_key, item_debug
 from pytest_aoti.debug.warm_starts import WarmStarts
-from pytest_aoti.roles import Role
 from pytest_aoti.settings import item_settings, settings_key
 
 # Feature plugins with options of their own: registered with this module, before pytest parses the command line.
@@ -54,7 +55,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     debug_options.mark_looponfail(config)  # before xdist's looponfail hands the options to its loop's sessions
-    if roles.decide(config) is Role.CHILD:
+    if roles.is_child(config):
         from pytest_aoti.debug.child_session import neutralize_parent_options
 
         neutralize_parent_options(config)
@@ -69,18 +70,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", signature_and_help)
     config.stash[settings_key] = aoti_settings.resolve(config)
     debug = debug_options.resolve(config)
-    in_child = roles.decide(config) is Role.CHILD
-    if not in_child:
+    if not roles.is_child(config):
         debug = debug_options.choose_crash_guard(config, debug, xdist_available=config.pluginmanager.hasplugin("xdist"))
         if debug.crash_guard is CrashGuard.ONE_WORKER:
             _one_supervised_worker(config)
-    role = config.stash[roles.role_key] = roles.decide(config)  # decided once, after the crash guard
+    roles.settle(config)  # decided once, after the crash guard
     config.stash[debug_settings_key] = debug
     config.pluginmanager.register(fixtures, "aoti-fixtures")
     # The fork server's plan, launch and stop (after the cache plugin's configure: the server inherits the
     # environment that one sets).
     config.pluginmanager.register(WarmStarts(debug), "aoti-warm-starts")
-    if role is Role.CHILD:
+    if roles.is_child(config):
         from pytest_aoti.debug.child_session import ChildSession
 
         session: object = ChildSession(
@@ -92,8 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_aoti.debug.parent import ParentSession
 
     config.pluginmanager.register(ParentSession(config), "aoti-parent-session")
-    is_xdist_worker = role is Role.WORKER
-    if config.pluginmanager.hasplugin("xdist") and not is_xdist_worker:
+    if config.pluginmanager.hasplugin("xdist") and not roles.is_worker(config):
         controller = XdistController(config, supervising=config.stash.get(one_worker_key, False))
         config.pluginmanager.register(controller, "aoti-xdist-controller")
 

@@ -1,9 +1,12 @@
-"""Which process this is, decided once at configure time (as pytest-xdist's ``is_xdist_worker`` answers it).
+"""Which process this is, decided once at configure time (as pytest-xdist's ``is_xdist_worker`` answers it), and
+whether a test uses pytest-aoti.
 
-pytest-aoti runs in five kinds of process: the user's session, an xdist controller and its workers (the crash guard
-of plain ``--aoti-debug`` is one supervised worker), a child pytest-aoti started for a debug stage or an isolated
-test, and the fork server those children are forked from (``pytest_aoti/forkserver``; it runs no pytest session, so
-no config ever has that role). Every "is this the user's session?" asks here.
+pytest-aoti runs in six kinds of process: the user's session, an xdist controller and its workers (the crash guard of
+plain ``--aoti-debug`` is one supervised worker), an isolated test and a debug stage (children pytest-aoti started, or
+their pasted reproduce lines), and the fork server those children are forked from (``pytest_aoti/forkserver``; it runs
+no pytest session, so no config ever has that role). Every question about the role asks one of the predicates here,
+and only this module reads what decides it: xdist's ``workerinput`` and ``PYTEST_AOTI_CHILD``
+(``tests/unit/test_roles.py`` checks it).
 """
 
 from __future__ import annotations
@@ -11,28 +14,34 @@ from __future__ import annotations
 import enum
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
-from pytest_aoti.core.protocol import CHILD_ENV
+from pytest_aoti.core.protocol import CHILD_ENV, Stage
 
 
 class Role(enum.Enum):
     SESSION = "session"  # the user's pytest process, tests run in it
     CONTROLLER = "controller"  # xdist's controller: its workers run the tests
     WORKER = "worker"  # an xdist worker
-    CHILD = "child"  # a debug stage or isolated test pytest-aoti started (or its pasted reproduce line)
+    ISOLATED = "isolated test"  # a child that runs one test alone (--aoti-isolate, aoti_isolate, a poisoned context)
+    DEBUG_STAGE = "debug stage"  # a child that reruns a failed test for a debug stage (or its pasted reproduce line)
     FORK_SERVER = "fork server"  # forks the children; never a pytest session
 
 
+CHILDREN = frozenset({Role.ISOLATED, Role.DEBUG_STAGE})
 role_key = pytest.StashKey["Role"]()
+# The fixtures whose tests use pytest-aoti: every builder fixture asks for aoti_device, so a test that uses a
+# feature's fixture over it (aoti_benchmark) is one too; aoti_snapshot alone is not.
+AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
 
-def decide(config: pytest.Config) -> Role:
-    """This process's role; plugin.py stashes it at configure time, after the crash guard made the session one
-    supervised xdist worker where it does."""
-    if os.environ.get(CHILD_ENV):
-        return Role.CHILD
+def _decide(config: pytest.Config) -> Role:
+    child = os.environ.get(CHILD_ENV)
+    if child:
+        return Role.ISOLATED if child == Stage.ISOLATE else Role.DEBUG_STAGE
     if hasattr(config, "workerinput"):
         return Role.WORKER
     distributed = getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "numprocesses", 0))
@@ -41,9 +50,44 @@ def decide(config: pytest.Config) -> Role:
     return Role.SESSION
 
 
+def settle(config: pytest.Config) -> Role:
+    """Decide this process's role and stash it: plugin.py calls it at configure time, after the crash guard made
+    the session one supervised xdist worker where it does (the session is then that worker's controller). The
+    questions asked before (at ``pytest_cmdline_main``, by the configure hooks that run before plugin.py's) get
+    their answers from the same rules, and none of them tells a session from a controller."""
+    decided = config.stash[role_key] = _decide(config)
+    return decided
+
+
 def role(config: pytest.Config) -> Role:
     stashed = config.stash.get(role_key, None)
-    return stashed if stashed is not None else decide(config)
+    return stashed if stashed is not None else _decide(config)
+
+
+def is_child(config: pytest.Config) -> bool:
+    """A child pytest-aoti started (an isolated test or a debug stage), or a pasted reproduce line of one."""
+    return role(config) in CHILDREN
+
+
+def is_isolated_test(config: pytest.Config) -> bool:
+    """A child that runs one test alone: the test's own run, which reports as the test would in the parent."""
+    return role(config) is Role.ISOLATED
+
+
+def is_debug_stage(config: pytest.Config) -> bool:
+    """A debug stage, or a pasted reproduce line of one: it writes nothing into the user's tree (no golden outputs,
+    no benchmark baselines)."""
+    return role(config) is Role.DEBUG_STAGE
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return role(config) is Role.WORKER
+
+
+def writes_user_reports(config: pytest.Config) -> bool:
+    """Whether this process writes what the user asked for at the end of the run (the pages, JSON, step summary,
+    goldens' summary): the session or the controller, never a worker or a child."""
+    return role(config) in (Role.SESSION, Role.CONTROLLER)
 
 
 def started_as_pytest(config: pytest.Config) -> bool:
@@ -52,7 +96,27 @@ def started_as_pytest(config: pytest.Config) -> bool:
     return list(config.invocation_params.args) == sys.argv[1:]
 
 
-def writes_user_reports(config: pytest.Config) -> bool:
-    """Whether this process writes what the user asked for at the end of the run (the pages, JSON, step summary,
-    goldens' summary): the session or the controller, never a worker or a child."""
-    return role(config) in (Role.SESSION, Role.CONTROLLER)
+def worker_input(config: pytest.Config) -> Mapping[str, Any]:
+    """What the xdist controller handed this worker (xdist's ``workerinput``: ``workerid``, ``workercount``,
+    ``testrunuid``, ``mainargv``, and what :func:`hand_to_worker` added); empty in any other process."""
+    given = getattr(config, "workerinput", None)
+    return given if isinstance(given, dict) else {}
+
+
+def worker_id(config: pytest.Config) -> str | None:
+    """``gwN`` in xdist worker N; None in any other process. Not ``PYTEST_XDIST_WORKER``: a pytest started from
+    inside a worker (pytester, a script) inherits that variable without being a worker."""
+    workerid = worker_input(config).get("workerid")
+    return workerid if isinstance(workerid, str) else None
+
+
+def hand_to_worker(node: Any, key: str, value: object) -> None:
+    """On the xdist controller (``pytest_configure_node``): give the worker ``node`` starts ``value`` under ``key``,
+    which it reads with :func:`worker_input`. A plain value: xdist's wire (execnet) takes no subclass of one."""
+    node.workerinput[key] = value
+
+
+def uses_aoti(item: pytest.Item) -> bool:
+    """Whether ``item`` uses pytest-aoti: one of :data:`AOTI_FIXTURES` is in its fixture closure. The one answer to
+    it: isolation, the debug rerun, the setup report's device (which launches the fork server) all ask here."""
+    return bool(AOTI_FIXTURES & set(getattr(item, "fixturenames", ())))

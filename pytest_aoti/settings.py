@@ -109,7 +109,6 @@ MARKERS = {
     "the aoti fixtures: accept NaN/Inf in inputs and outputs; copy inputs whose strides differ from the compiled ones "
     "instead of failing; let embedding indices outside the table reach the package (whose bounds check aborts)",
 }
-AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
 
 @dataclass(frozen=True)
@@ -138,10 +137,6 @@ def _flag(value: Any, where: str, name: str) -> bool:
     if not isinstance(value, bool):
         raise pytest.UsageError(f"{where}: {name}= expected True or False, got {value!r}")
     return value
-
-
-def uses_aoti(item: pytest.Item) -> bool:
-    return bool(AOTI_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def resolve_item(item: pytest.Item) -> ItemSettings:

@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import json
 import math
-import os
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -24,10 +23,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from pytest_aoti import roles
 from pytest_aoti.benchmark import records
 from pytest_aoti.benchmark.errors import AOTIBenchmarkError, BaselineError
 from pytest_aoti.core.errors import AOTITypeError, AOTIValueError
-from pytest_aoti.core.protocol import CHILD_ENV, in_debug_rerun
 from pytest_aoti.settings import add_option, option_group, option_value
 
 if TYPE_CHECKING:
@@ -156,9 +155,9 @@ def _cpu_threads(config: pytest.Config) -> int | None:
 def resolve(config: pytest.Config) -> BenchmarkSettings:
     asked_to_update = bool(config.getoption("aoti_benchmark_update"))
     # A debug rerun (or its reproduce line, pasted) times a debug build: it never records a baseline run.
-    update = asked_to_update and not in_debug_rerun()
+    update = asked_to_update and not roles.is_debug_stage(config)
     enabled = bool(option_value(config, "aoti_benchmark")[0]) or asked_to_update
-    workerinput = getattr(config, "workerinput", None)
+    run_id = roles.worker_input(config).get("testrunuid")
     return BenchmarkSettings(
         enabled=enabled,
         update=update,
@@ -167,7 +166,7 @@ def resolve(config: pytest.Config) -> BenchmarkSettings:
         kept_runs=_kept_runs(config),
         json_path=_json_target(config),
         cpu_threads=_cpu_threads(config),
-        run_id=str(workerinput["testrunuid"]) if workerinput else uuid.uuid4().hex,
+        run_id=str(run_id) if run_id else uuid.uuid4().hex,
     )
 
 
@@ -180,12 +179,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = settings
     if not settings.enabled:
         return
-    is_worker = hasattr(config, "workerinput")
-    if is_worker:
+    if roles.is_worker(config):
         lock = DeviceLock(Path(str(config.getoption("basetemp"))).parent / "aoti-benchmark.lock")
         config.stash[lock_key] = lock
         config.pluginmanager.register(lock, "aoti-benchmark-lock")
-    elif not os.environ.get(CHILD_ENV):
+    elif roles.writes_user_reports(config):
         config.pluginmanager.register(BenchmarkTracker(config), "aoti-benchmark-tracker")
 
 

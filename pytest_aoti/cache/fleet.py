@@ -27,7 +27,6 @@ from pytest_aoti.core.compile_plan import (
     recorded_compile_seconds,
     usable_cores,
 )
-from pytest_aoti.roles import Role
 from pytest_aoti.settings import add_option, option_value
 
 COMPILE_THREADS_CHOICES = ("inductor", "per-worker")
@@ -72,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
         compile_threads=_choice(config, "aoti_compile_threads", COMPILE_THREADS_CHOICES),
         schedule=_choice(config, "aoti_schedule", SCHEDULE_CHOICES),
     )
-    if settings.compile_threads == "per-worker" and roles.decide(config) is Role.WORKER:
+    if settings.compile_threads == "per-worker" and roles.is_worker(config):
         _share_compile_threads(config)
 
 
@@ -81,7 +80,7 @@ def _share_compile_threads(config: pytest.Config) -> None:
     if COMPILE_THREADS_ENV in os.environ:
         return  # the user's
     # Inductor reads the variable when its config is imported: a conftest that sets compile_threads sets it after.
-    workers = int(getattr(config, "workerinput", {}).get("workercount") or 1)
+    workers = int(roles.worker_input(config).get("workercount") or 1)
     os.environ[COMPILE_THREADS_ENV] = str(compile_threads_per_worker(usable_cores(), workers))
     config.add_cleanup(_forget_compile_threads)
 
@@ -114,7 +113,7 @@ def pytest_configure_node(node: Any) -> None:
     snapshot = config.stash.get(_snapshot_key, None)
     if snapshot is None:
         snapshot = config.stash[_snapshot_key] = recorded_compile_seconds(config.stash[cache_settings_key].cache_dir)
-    node.workerinput[_RECORDED_SECONDS] = snapshot
+    roles.hand_to_worker(node, _RECORDED_SECONDS, snapshot)
 
 
 _snapshot_key = pytest.StashKey[dict[str, float]]()
@@ -123,7 +122,7 @@ _snapshot_key = pytest.StashKey[dict[str, float]]()
 @pytest.hookimpl(trylast=True)  # after plugins that filter or reorder (-k, --deselect, randomly)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Only where the controller decided it (a worker's own --dist is not the controller's).
-    recorded = getattr(config, "workerinput", {}).get(_RECORDED_SECONDS)
+    recorded = roles.worker_input(config).get(_RECORDED_SECONDS)
     if not recorded:
         return
     order = longest_first([item.nodeid for item in items], recorded)

@@ -28,7 +28,6 @@ from pytest_aoti.cache.options import CacheSettings, cache_settings_key
 from pytest_aoti.cache.stats import WorkerStats, cache_stats, miss_lines, summary_line
 from pytest_aoti.core import isa_verdicts
 from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
-from pytest_aoti.roles import Role
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[cache_settings_key] = cache_options.resolve(config)
     # Once, by the session the user started: never by an xdist worker or a child.
-    if settings.cache_clear and roles.decide(config) in (Role.SESSION, Role.CONTROLLER):
+    if settings.cache_clear and roles.writes_user_reports(config):
         from pytest_aoti.core.cache import clear_cache_dir
 
         clear_cache_dir(settings.cache_dir)  # the ISA verdicts too; a dir not marked as a cache is left alone
@@ -68,7 +67,7 @@ class CacheSession:
         """A child's own cache line, in its log (did a debug stage load its package or compile it?); the user's
         session has it in the ``aoti`` section. Under ``-v``, a line per package that missed the cache, in this
         process and in every xdist worker."""
-        child_line = summary_line(config) if roles.role(config) is Role.CHILD else None
+        child_line = summary_line(config) if roles.is_child(config) else None
         if child_line is not None:
             terminalreporter.write_line(child_line)
         if config.get_verbosity() < 1:

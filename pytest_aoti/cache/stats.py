@@ -15,7 +15,6 @@ import pytest
 
 from pytest_aoti import roles
 from pytest_aoti.cache.session import cache_key
-from pytest_aoti.roles import Role
 
 # A worker's statistics as plain values: the attribute of its teardown reports and the key of its workeroutput.
 WORKER_STATS = "aoti_cache_stats"
@@ -49,7 +48,7 @@ class WorkerStats:
     def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         cache = item.config.stash.get(cache_key, None)
-        if report.when == "teardown" and cache is not None and roles.role(item.config) is Role.WORKER:
+        if report.when == "teardown" and cache is not None and roles.is_worker(item.config):
             setattr(report, WORKER_STATS, cache.stats.as_dict())  # xdist sends a report's attributes along
         return report
 

@@ -20,17 +20,11 @@ _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 def xdist_worker_index(workerid: str | None) -> int | None:
-    """N of the xdist worker ``gwN`` (``config.workerinput["workerid"]``); None outside xdist (the controller, a
+    """N of the xdist worker ``gwN`` (``roles.worker_id``); None outside xdist (the controller, a
     plain run, a child). Not ``PYTEST_XDIST_WORKER``: a pytest started from inside a worker (pytester, a script)
     inherits that variable without being a worker."""
     match = _WORKER.fullmatch(workerid or "")
     return int(match.group(1)) if match else None
-
-
-def workerid(config: object) -> str | None:
-    """The xdist worker id of the process ``config`` belongs to; None when it is no worker."""
-    workerinput = getattr(config, "workerinput", None)
-    return workerinput.get("workerid") if isinstance(workerinput, dict) else None
 
 
 def choose_device(setting: str, worker: int | None, cuda_count: int) -> str:

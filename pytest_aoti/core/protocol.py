@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -57,12 +56,6 @@ class Stage(Name):
     SANITIZER = "sanitizer"  # compute-sanitizer memcheck
     NUMERICS = "numerics"  # printer mode 1 and eager side by side: the first divergent kernel
     MINIFY = "minify"  # the smallest graph that still fails (its own process, not a test's child)
-
-
-def in_debug_rerun() -> bool:
-    """Whether this process is a debug stage, or a pasted reproduce line of one (``CHILD_ENV`` set, and not to
-    ``isolate``: an isolated child is the test's own run). It writes nothing into the user's tree."""
-    return os.environ.get(CHILD_ENV, "") not in ("", Stage.ISOLATE)
 
 
 class FailureKind(Name):

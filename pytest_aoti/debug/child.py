@@ -30,7 +30,7 @@ import pytest
 
 from pytest_aoti.cache.options import CACHE_SECRET_ENV
 from pytest_aoti.core import isa_verdicts, processes
-from pytest_aoti.core.devices import assigned_device, workerid
+from pytest_aoti.core.devices import assigned_device
 from pytest_aoti.core.isa_verdicts import ISA_RECORD_ENV
 from pytest_aoti.core.machine import inductor_cache_dir
 from pytest_aoti.core.processes import signal_group, signal_name
@@ -51,6 +51,7 @@ from pytest_aoti.core.remote_cache import mask_url_argument
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.debug.crash_route import record_of
 from pytest_aoti.forkserver.client import ForkedProcess, start_forked
+from pytest_aoti.roles import worker_id, worker_input
 from pytest_aoti.settings import settings_key
 
 # Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
@@ -169,7 +170,7 @@ class ChildRun:
 def _launcher(config: pytest.Config) -> list[str]:
     """``python -u -m pytest`` the way the parent started: ``python -m pytest`` puts the cwd on ``sys.path``, the
     ``pytest`` script does not (``-P``), and imports of the user's tests may depend on which."""
-    mainargv = getattr(config, "workerinput", {}).get("mainargv") or sys.argv
+    mainargv = worker_input(config).get("mainargv") or sys.argv
     started_as_script = bool(mainargv) and Path(mainargv[0]).name not in ("__main__.py", "-c", "")
     safe_path = ["-P"] if started_as_script and sys.version_info >= (3, 11) else []
     return [sys.executable, "-u", *safe_path, "-m", "pytest"]
@@ -192,7 +193,7 @@ def child_command(config: pytest.Config, *, capture: bool) -> list[str]:
         command.append("--capture=no")
     # An xdist worker's share of the GPUs (devices.py): the child is not a worker, and without this would take
     # cuda:0; its reproduce line names the GPU it ran on.
-    assigned = assigned_device(config.stash[settings_key].device, workerid(config))
+    assigned = assigned_device(config.stash[settings_key].device, worker_id(config))
     if assigned is not None:
         command.append(f"--aoti-device={assigned}")
     return command

@@ -19,12 +19,12 @@ import pytest
 
 from pytest_aoti.core import phases
 from pytest_aoti.core.observers import CallCapture, CallObservers
-from pytest_aoti.core.protocol import BUNDLE_ENV, CHILD_ENV, NUMERICS_ENV, Event, ExitRequest, Stage, append_event
+from pytest_aoti.core.protocol import BUNDLE_ENV, NUMERICS_ENV, Event, ExitRequest, append_event
 from pytest_aoti.debug.child import OUTPUT_BEGIN, OUTPUT_END, write_report, write_warning
 from pytest_aoti.debug.child_args import without_xdist_group
 from pytest_aoti.debug.crash_route import stamp_test_report
 from pytest_aoti.fixtures import call_observers_key
-from pytest_aoti.roles import started_as_pytest
+from pytest_aoti.roles import is_isolated_test, started_as_pytest
 
 if TYPE_CHECKING:
     from pytest_aoti.core.compiler import CompiledModel
@@ -74,16 +74,16 @@ class ChildSession:
         self.nodeid = without_xdist_group(nodeid)
         self.test_path = Path(os.path.normpath(test_path)) if test_path else None
         self.report_file = report_file
-        if os.environ.get(CHILD_ENV) != Stage.ISOLATE:
+        if not is_isolated_test(config):
             # A debug stage replays the failing example; an isolated test searches as it would in the parent.
             _replay_hypothesis_failures_only()
         # Where the core's phase marks go: the event stream, and a debug stage's log between the printer's kernel lines
         # (an isolated test's output is captured into its report, where the markers would be noise).
-        phases.report_to(report_file, to_stderr=os.environ.get(CHILD_ENV) != Stage.ISOLATE)
+        phases.report_to(report_file, to_stderr=not is_isolated_test(config))
         config.stash[call_observers_key] = _call_observers(
             os.environ.get(BUNDLE_ENV), os.environ.get(NUMERICS_ENV), report_file
         )
-        if os.environ.get(CHILD_ENV) == Stage.ISOLATE and config.getoption("capture") == "no":
+        if is_isolated_test(config) and config.getoption("capture") == "no":
             config.pluginmanager.register(FramedTestOutput(), "aoti-framed-test-output")
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool | None:

@@ -31,6 +31,7 @@ from pytest_aoti.debug.in_order import InOrderScheduling
 from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.debug.parent import attach_debug, file_of_nodeid, raise_if_interrupted, workers_basetemp_key
 from pytest_aoti.debug.xdist_compat import count_crash_failure, scheduler_protocol_known, worker_exit, worker_pid
+from pytest_aoti.roles import hand_to_worker
 
 
 class XdistController:
@@ -158,9 +159,9 @@ class XdistController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         if self.supervising:
-            node.workerinput[SUPERVISED_WORKER] = True
+            hand_to_worker(node, SUPERVISED_WORKER, True)
             # A worker that replaces a crashed one counts the failures before it toward -x/--maxfail.
-            node.workerinput[FAILURES_BEFORE] = self.session.testsfailed if self.session is not None else 0
+            hand_to_worker(node, FAILURES_BEFORE, self.session.testsfailed if self.session is not None else 0)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:

@@ -25,6 +25,7 @@ from pytest_aoti.core.errors import failure_kind
 from pytest_aoti.core.protocol import VerdictSummary
 from pytest_aoti.debug.options import DebugRequest
 from pytest_aoti.fixtures import device_property_key
+from pytest_aoti.roles import uses_aoti
 
 ExceptionInfo = pytest.ExceptionInfo[BaseException]
 
@@ -110,7 +111,7 @@ def stamp_test_report(item: pytest.Item, report: pytest.TestReport, excinfo: Exc
     decides reruns by it) and whether the test had reached pytest-aoti."""
     changes: dict[str, Any] = {}
     device = item.config.stash.get(device_property_key, None)
-    if report.when == "setup" and device is not None and "aoti_device" in getattr(item, "fixturenames", ()):
+    if report.when == "setup" and device is not None and uses_aoti(item):
         changes["device"] = device
     if report.failed and report.when in ("setup", "call") and excinfo is not None:
         # A plain str: xdist's wire format (execnet) takes no str subclass.

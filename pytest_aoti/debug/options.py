@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from pytest_aoti.core.protocol import DEFAULT_MINIFY_BUDGET, Stage
-from pytest_aoti.roles import Role, decide
-from pytest_aoti.settings import add_option, marker_arguments, option_value, positive_number, uses_aoti, whole_number
+from pytest_aoti.roles import is_worker as is_xdist_worker
+from pytest_aoti.roles import uses_aoti
+from pytest_aoti.settings import add_option, marker_arguments, option_value, positive_number, whole_number
 
 DEBUG_DESC = "debug-rerun every failing test that uses the aoti fixtures, as if marked aoti_ima"
 ISOLATE_DESC = "run every test that uses the aoti fixtures in a fresh subprocess, so a crash fails only that test"
@@ -181,7 +182,7 @@ def choose_crash_guard(config: pytest.Config, settings: DebugSettings, *, xdist_
     no_children = _no_children_reason(config, objects, debugger)
     option = config.option
     distributed = getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
-    is_worker = decide(config) is Role.WORKER
+    is_worker = is_xdist_worker(config)
     if distributed and not is_worker:
         _refuse_a_dist_that_loses_crashes(config, settings, str(option.dist))
     if is_worker or distributed:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from pytest_aoti import roles
 from pytest_aoti.core import phases, processes
 from pytest_aoti.core.protocol import Stage
 from pytest_aoti.debug.child import SIGTERM_EXIT, ChildRun, replay_warning, start_child
@@ -52,8 +53,8 @@ from pytest_aoti.debug.reporting import (
 from pytest_aoti.debug.stages import Verdict, debug_rerun
 from pytest_aoti.debug.triage import triage
 from pytest_aoti.hookspecs import PublicVerdict
-from pytest_aoti.roles import writes_user_reports
-from pytest_aoti.settings import session_temp_key, settings_key, uses_aoti
+from pytest_aoti.roles import uses_aoti, writes_user_reports
+from pytest_aoti.settings import session_temp_key, settings_key
 from pytest_aoti.shared.figure_data import attach_figure_data
 
 poisoned_by_key = pytest.StashKey[str]()
@@ -101,7 +102,7 @@ def _under_pytest_basetemp(config: pytest.Config) -> Path | None:
         return factory.mktemp("aoti-children", numbered=False)
     controller_basetemp = config.stash.get(workers_basetemp_key, None) or _controller_basetemp(config)
     if controller_basetemp is not None:
-        worker = getattr(config, "workerinput", {}).get("workerid")
+        worker = roles.worker_id(config)
         path = Path(controller_basetemp) / ("aoti-children" + (f"-{worker}" if worker else ""))
         path.mkdir(mode=0o700, exist_ok=True)
         return path
@@ -113,7 +114,7 @@ def _under_pytest_basetemp(config: pytest.Config) -> Path | None:
 def _controller_basetemp(config: pytest.Config) -> str | None:
     """On an xdist worker, its controller's basetemp: xdist gives each worker ``--basetemp=<it>/popen-gwN``."""
     basetemp = config.getoption("basetemp", None)
-    if not hasattr(config, "workerinput") or not basetemp:
+    if not roles.is_worker(config) or not basetemp:
         return None
     return str(Path(basetemp).parent)
 
@@ -272,12 +273,12 @@ class ParentSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.terminated = False  # SIGTERM ended the run (SIGTERM_EXIT)
-        if getattr(config, "workerinput", {}).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
+        if roles.worker_input(config).get(FAILURES_BEFORE) and hasattr(config.option, "stepwise_skip"):
             # This worker replaces one that crashed after a failure: --sw-skip's one skip is spent (pytest's
             # stepwise plugin reads the option when it configures itself, after this).
             config.option.stepwise = config.option.stepwise or config.option.stepwise_skip
             config.option.stepwise_skip = False
-        if getattr(config, "workerinput", {}).get(SUPERVISED_WORKER):
+        if roles.worker_input(config).get(SUPERVISED_WORKER):
             _signals_through_the_controller()
 
     def _isolate_reason(self, item: pytest.Item) -> str | None:
@@ -392,7 +393,7 @@ class ParentSession:
         phases.forget()  # what counts is what this test reaches
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        session.testsfailed = getattr(self.config, "workerinput", {}).get(FAILURES_BEFORE, 0)
+        session.testsfailed = roles.worker_input(self.config).get(FAILURES_BEFORE, 0)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """SIGTERM ended the run while a child ran (exit status 143): pytest writes its terminal summary for the
@@ -415,7 +416,7 @@ class ParentSession:
             return
         if isinstance(excinfo.value, pytest.exit.Exception):
             workeroutput[WORKER_EXIT] = {"reason": excinfo.value.msg, "returncode": excinfo.value.returncode}
-        elif getattr(self.config, "workerinput", {}).get(SUPERVISED_WORKER):
+        elif roles.worker_input(self.config).get(SUPERVISED_WORKER):
             workeroutput[WORKER_EXIT] = {"reason": "KeyboardInterrupt", "returncode": int(pytest.ExitCode.INTERRUPTED)}
 
     def _check_cuda_context(self, item: pytest.Item, report: pytest.TestReport) -> None:
@@ -444,7 +445,7 @@ class ParentSession:
         skip shutdown's final garbage collection over every object torch made, which the controller would wait for
         (docs/benchmarks.md#skipping-the-final-garbage-collection). The controller, the process the user started, ends
         as it always does."""
-        if getattr(config, "workerinput", {}).get(SUPERVISED_WORKER):
+        if roles.worker_input(config).get(SUPERVISED_WORKER):
             gc.freeze()
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

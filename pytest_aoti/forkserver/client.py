@@ -1,12 +1,12 @@
 """The session's side of the fork server: start it, and start children from it.
 
-The process that may start children (the user's session, or an xdist controller) *plans* one server at configure
-time when debugging is on: it makes the server's directory and hands its socket path to its xdist workers through
-``PYTEST_AOTI_FORK_SERVER``. It launches the server when the first test that uses a pytest-aoti fixture is set up
-(:func:`launch_server`): the server's warm-up (~7 CPU-s) then runs beside that test's compile, and a session whose
-tests compile nothing never pays it. A child asked for before the launch starts fresh: nobody waits on a server that is
-only planned. A process that needs a child and has no server (a test marked ``aoti_ima`` without ``--aoti-debug``)
-starts its own then.
+:mod:`pytest_aoti.debug.warm_starts` owns the session's server: the process that may start children (the user's
+session, or an xdist controller) *plans* one at configure time when debugging is on (:func:`plan_server`: the
+server's directory, and its socket path handed to its xdist workers through ``PYTEST_AOTI_FORK_SERVER``), and
+launches it when the first test that uses a pytest-aoti fixture is set up (:func:`launch_server`): the server's
+warm-up (~7 CPU-s) then runs beside that test's compile, and a session whose tests compile nothing never pays it. A
+child asked for before the launch starts fresh: nobody waits on a server that is only planned. A process that needs a
+child and has no server (a test marked ``aoti_ima`` without ``--aoti-debug``) starts its own then.
 ``PYTEST_AOTI_FORK_SERVER=0`` turns it off: every child then starts fresh, as it did before.
 
 :func:`start_forked` returns a :class:`ForkedProcess`, which waits and reports like ``subprocess.Popen``, or None

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_aoti.core.protocol import in_debug_rerun
-from pytest_aoti.roles import Role, role, writes_user_reports
+from pytest_aoti.roles import is_debug_stage, is_worker, writes_user_reports
 from pytest_aoti.settings import add_option, option_group, option_value
 from pytest_aoti.shared.figure_data import attach_figure_data
 from pytest_aoti.snapshots.files import golden_files, snapshot_path
@@ -95,7 +94,7 @@ def goldens_of(item: pytest.Item) -> GoldenOutputs:
         from pytest_aoti.snapshots.golden import GoldenOutputs
 
         settings = item.config.stash[settings_key]
-        debug_rerun = in_debug_rerun()
+        debug_rerun = is_debug_stage(item.config)
         item.stash[goldens_key] = GoldenOutputs(
             path=snapshot_path(item.path, _test_id(item.nodeid)),
             missing="skip" if debug_rerun else settings.missing,
@@ -263,7 +262,7 @@ class SnapshotTracker:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # An xdist controller collects nothing itself: its workers' collections arrive through the hook below.
-        if session.items and role(self.config) is not Role.WORKER:
+        if session.items and not is_worker(self.config):
             self.collected = [item.nodeid for item in session.items]
 
     @pytest.hookimpl(optionalhook=True)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_aoti.core.devices import assigned_device, workerid
+from pytest_aoti.core.devices import assigned_device
+from pytest_aoti.roles import worker_id
 from pytest_aoti.settings import add_option, option_group, option_value, settings_key
 from pytest_aoti.shared.errors import AOTIVerifyError
 
@@ -169,7 +170,7 @@ class PackageItem(pytest.Item):
 
         settings = self.config.stash[settings_key]
         device = None if settings.device == "auto" else settings.device
-        assigned = assigned_device(settings.device, workerid(self.config))
+        assigned = assigned_device(settings.device, worker_id(self.config))
         if assigned is not None:  # an xdist worker's GPU (devices.py): a CUDA package runs there
             import torch
 

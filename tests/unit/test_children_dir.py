@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_aoti import roles
 from pytest_aoti.debug.controller import XdistController
 from pytest_aoti.debug.crash_route import stamp
 from pytest_aoti.debug.options import DebugRequest
@@ -76,6 +77,7 @@ def config(pytester: pytest.Pytester, tmp_path: Path) -> Iterator[pytest.Config]
 
 def test_an_xdist_worker_keeps_them_in_its_controllers_basetemp(config: pytest.Config, tmp_path: Path) -> None:
     config.workerinput = {"workerid": "gw3"}  # type: ignore[attr-defined]  # what xdist gives a worker's config
+    assert roles.settle(config) is roles.Role.WORKER  # as a worker's role is decided at its configure
     assert children_dir(config) == tmp_path / "aoti-children-gw3"
     assert (tmp_path / "aoti-children-gw3").is_dir() and not (tmp_path / "popen-gw3").exists()  # pytest's to make
 

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_aoti.core.devices import assigned_device, choose_device, worker_map, workerid, xdist_worker_index
+from pytest_aoti.core.devices import assigned_device, choose_device, worker_map, xdist_worker_index
 from pytest_aoti.debug.child_args import strip_parent_only, without_xdist_group
+from pytest_aoti.roles import worker_id
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,9 @@ def test_the_worker_index_comes_from_xdist_s_workerinput() -> None:
     assert xdist_worker_index("popen-gw1") is None
 
     # Not from PYTEST_XDIST_WORKER: a pytest started inside a worker (pytester, a script) inherits it.
-    assert workerid(SimpleNamespace(workerinput={"workerid": "gw3"})) == "gw3" and workerid(object()) is None
+    worker = SimpleNamespace(workerinput={"workerid": "gw3"})
+    assert worker_id(worker) == "gw3"  # type: ignore[arg-type]
+    assert worker_id(SimpleNamespace()) is None  # type: ignore[arg-type]
 
 
 def test_the_header_maps_workers_to_gpus() -> None:
