@@ -369,9 +369,7 @@ def first_divergence(
         ]
         # A node is compared where it is finished (its last launch), with the written buffer closest to eager's
         # value: a fused kernel may also store intermediates of the node's shape.
-        finished = (
-            n for n in launch.nodes if n in values.eager and last_launch.get(n) == number and _stored(n, launch, values)
-        )
+        finished = (n for n in launch.nodes if last_launch.get(n) == number and _stored(n, launch, values))
         candidates = sorted(finished, key=lambda n: position.get(n, -1), reverse=True)
         worst: tuple[KernelFinding, Difference] | None = None
         for node in candidates:
@@ -408,11 +406,12 @@ def first_divergence(
 
 
 def _stored(node: str, launch: Launch, values: NodeValues) -> bool:
-    """Whether ``launch`` may store ``node``'s value: something outside the launch reads it (another launch, the
-    graph's outputs). A node whose every reader the same fused kernel computes lives in registers only (GPT-2's
-    ``diff`` inside the kernel that stores ``ne(diff)``), and the closest buffer would be another node's."""
+    """Whether ``launch`` may store ``node``'s value, which eager has: something outside the launch reads it
+    (another launch, the graph's outputs). A node whose every reader the same fused kernel computes lives in
+    registers only (GPT-2's ``diff`` inside the kernel that stores ``ne(diff)``), and the closest buffer would be
+    another node's."""
     users = values.users.get(node)
-    return not users or any(user not in launch.nodes for user in users)
+    return node in values.eager and (not users or any(user not in launch.nodes for user in users))
 
 
 def _finished(finding: Finding, tolerance: tuple[float, float] | None, dtype: torch.dtype | None) -> Finding:
