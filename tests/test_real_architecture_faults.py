@@ -17,29 +17,21 @@ from tests.conftest import RunPytest
 
 pytest.importorskip("transformers", reason="the real-architecture scenarios need transformers (pip install .[test])")
 
-# Stage kernels alone (the marker's stages=): its log has the kernel and the index check, and the bundle it records is
-# what the eager replay runs; stage tensors' printer would add a compile and nothing these verdicts use.
+# One model (a dynamic sequence length), so the three faults share the test's package and the first two their stage
+# kernels' package. Stage kernels alone (the marker's stages=): its log has the kernel and the index check, and the
+# bundle it records is what the eager replay runs; stage tensors' printer would add a compile and nothing these
+# verdicts use.
 FAULTS = """
 import pytest
 import torch
 from transformers import GPT2Config, GPT2Model
 
-
-def gpt2():
-    torch.manual_seed(0)
-    config = GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=50, use_cache=False,
-                        bos_token_id=0, eos_token_id=0)
-    return GPT2Model(config).eval()
-
-
-@pytest.mark.aoti_ima(stages=["kernels"])
-def test_too_many_tokens(aoti_check):
-    aoti_check(gpt2(), (torch.randint(0, 50, (1, 40)),))
+CHECKING = {"on": True}  # read when the op runs: one compiled package serves all three faults
 
 
 @torch.library.custom_op("user_faults::checked_scale", mutates_args=())
 def checked_scale(x: torch.Tensor, limit: float) -> torch.Tensor:
-    if bool((x.abs() > limit).any()):
+    if CHECKING["on"] and bool((x.abs() > limit).any()):
         raise ValueError(f"checked_scale: a value past the limit {limit}")
     return x * 2
 
@@ -49,35 +41,47 @@ def _(x, limit):
     return torch.empty_like(x)
 
 
-class CheckedActivation(torch.nn.Module):
-    def forward(self, h):
-        return checked_scale(torch.nn.functional.gelu(h), 1e-3)
-
-
-@pytest.mark.aoti_ima(stages=["kernels"])
-def test_custom_op_raises(aoti_compile):
-    model = gpt2()
-    model.h[0].mlp.act = CheckedActivation()
-    ids = torch.randint(0, 50, (1, 8))
-    aoti_compile(model, (ids,))(ids)
-
-
-class CountingActivation(torch.nn.Module):
-    # A user's activation that keeps state: export bakes the count it traced with, eager counts on.
+class UserActivation(torch.nn.Module):
+    # A custom op with a check of its own, and state: export bakes the call count it traced with, eager counts on.
     def __init__(self):
         super().__init__()
         self.calls = 0
 
     def forward(self, h):
         self.calls += 1
-        return torch.nn.functional.gelu(h) * self.calls
+        return checked_scale(torch.nn.functional.gelu(h), 1e-3) * self.calls
 
 
-def test_stateful_activation(aoti_check):
-    model = gpt2()
-    model.h[0].mlp.act = CountingActivation()
+def gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=50, use_cache=False,
+                        bos_token_id=0, eos_token_id=0)
+    model = GPT2Model(config).eval()
+    model.h[0].mlp.act = UserActivation()
+    return model
+
+
+SEQ = {"input_ids": {1: torch.export.Dim("seq", min=2, max=64)}}
+
+
+@pytest.mark.aoti_ima(stages=["kernels"])
+def test_too_many_tokens(aoti_compile):
+    # 40 tokens, 32 positions: the position ids are made inside the model (an arange), so no input check sees them.
+    compiled = aoti_compile(gpt2(), (torch.randint(0, 50, (1, 8)),), dynamic_shapes=SEQ)
+    compiled(torch.randint(0, 50, (1, 40)))
+
+
+@pytest.mark.aoti_ima(stages=["kernels"])
+def test_custom_op_raises(aoti_compile):
+    ids = torch.randint(0, 50, (1, 8))
+    aoti_compile(gpt2(), (ids,), dynamic_shapes=SEQ)(ids)
+
+
+def test_stateful_activation(aoti_check, monkeypatch):
+    monkeypatch.setitem(CHECKING, "on", False)
     # Export traces one call ahead, as eager's first call: the second input set is where they part.
-    aoti_check(model, (torch.randint(0, 50, (1, 8)),), more_inputs=[(torch.randint(0, 50, (1, 8)),)])
+    ids = [torch.randint(0, 50, (1, 8)) for _ in range(2)]
+    aoti_check(gpt2(), (ids[0],), dynamic_shapes=SEQ, more_inputs=[(ids[1],)])
 """
 
 
@@ -114,17 +118,18 @@ def test_an_index_a_custom_op_and_a_stateful_module_in_gpt2_name_the_op_and_the_
     assert "bad input" not in line, line  # the token ids are in their range: no input is blamed for the position
     assert re.search(
         r"^verdict: user_faults\.checked_scale\.default \(node checked_scale\) raises in eager too at "
-        r"test_faults\.py:\d+ in forward: return checked_scale\(torch\.nn\.functional\.gelu\(h\), 1e-3\): "
-        r"ValueError: checked_scale: a value past the limit 0\.001; its inputs: gelu \(1x8x64: [^)]*\); "
-        r"in the package: aoti_torch_cpu_checked_scale;",
+        r"test_faults\.py:\d+ in forward: return checked_scale\(torch\.nn\.functional\.gelu\(h\), 1e-3\) "
+        r"\* self\.calls: ValueError: checked_scale: a value past the limit 0\.001; its inputs: gelu \(1x8x64: "
+        r"[^)]*\); in the package: aoti_torch_cpu_checked_scale;",
         text,
         re.MULTILINE,
     ), text
     # The divergence: the first divergent kernel is the user's activation's, not transformers' mask kernel (whose
     # cumsum an extern call finishes and whose diff no buffer holds).
     divergent = re.search(
-        r"^verdict: [^\n]*; first divergent kernel: (?P<kernel>cpp_fused_\w*gelu\w*) \(nodes: [^)]*\) at "
-        r"test_faults\.py:\d+ in forward: return torch\.nn\.functional\.gelu\(h\) \* self\.calls",
+        r"^verdict: [^\n]*; first divergent kernel: (?P<kernel>cpp_fused_\w*mul\w*) \(nodes: [^)]*\) at "
+        r"test_faults\.py:\d+ in forward: return checked_scale\(torch\.nn\.functional\.gelu\(h\), 1e-3\) "
+        r"\* self\.calls",
         text,
         re.MULTILINE,
     )

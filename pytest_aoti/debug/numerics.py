@@ -51,6 +51,9 @@ _HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\w+):(\d+)")
 # The wrapper hands a dead buffer's memory to a new one: ``auto buf1 = std::move(buf0);  // reuse``.
 _REUSE = re.compile(r"auto\s+(\w+)\s*=\s*std::move\((\w+)\);\s*//\s*reuse")
 _DEVICE_SUFFIX = re.compile(r"_(cpu|cuda(?::\d+)?|xpu(?::\d+)?|mps)\.pt$")
+# A C++ kernel's call in the wrapper casts each buffer it reads to ``const T*`` and each it writes to ``T*``:
+# ``cpp_fused_mul_5((float*)(buf24.data_ptr()), s70);``.
+_WRITTEN_ARG = re.compile(r"\((?!const )[\w:]+\*\)\((\w+)\.data_ptr\(\)\)")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class Launch:
     args: tuple[str, ...]
     nodes: tuple[str, ...] = ()  # pre-grad nodes: the exported program's node names
     reused: tuple[tuple[str, str], ...] = ()  # (new, old) buffer names handed over since the previous launch
+    # The arguments a C++ kernel writes (its call's non-const casts): an output even where the kernel wrote back
+    # the values it read (a ``* 1`` export baked in place); empty where the call does not say (Triton).
+    writes: tuple[str, ...] = ()
 
 
 def package_launches(package_path: Path) -> list[Launch]:
@@ -79,6 +85,7 @@ def package_launches(package_path: Path) -> list[Launch]:
     handle: str | None = None
     last_when: str | None = None
     reused: list[tuple[str, str]] = []
+    written: dict[int, tuple[str, ...]] = {}  # launch number -> the arguments its call writes
     for line in source.splitlines():
         moved = _REUSE.search(line)
         if moved:
@@ -86,10 +93,13 @@ def package_launches(package_path: Path) -> list[Launch]:
             continue
         found = _HANDLE.search(line)
         if found:
+            _unsaved_call(parsed, info, handle)
             handle = f"{found.group(1)}:{found.group(2)}"
             continue
         call = _SAVE_CALL.search(line)
         if call is None:
+            if parsed and last_when == "before" and line.strip().startswith(parsed[-1][0] + "("):
+                written[len(parsed) - 1] = tuple(_WRITTEN_ARG.findall(line))
             continue
         arg, when, kernel = call.groups()
         if when == "before":
@@ -100,7 +110,24 @@ def package_launches(package_path: Path) -> list[Launch]:
                 handle = None  # the handle written next to this launch: no later launch's
             parsed[-1][1].append(arg)
         last_when = when
-    return [Launch(kernel, tuple(args), nodes, moves) for kernel, args, nodes, moves in parsed]
+    _unsaved_call(parsed, info, handle)
+    return [
+        Launch(kernel, tuple(args), nodes, moves, written.get(number, ()))
+        for number, (kernel, args, nodes, moves) in enumerate(parsed)
+    ]
+
+
+def _unsaved_call(
+    parsed: list[tuple[str, list[str], tuple[str, ...], tuple[tuple[str, str], ...]]],
+    info: dict[str, Any],
+    handle: str | None,
+) -> None:
+    """A call whose handle the wrapper wrote with no save of its arguments after it (a custom op through the proxy
+    executor): a launch of no arguments, so that the nodes it finishes are not held to the kernel before it."""
+    entry = info.get(handle) if handle is not None else None
+    if isinstance(entry, dict) and entry.get("pre_grad_nodes"):
+        assert handle is not None
+        parsed.append((handle.rsplit(":", 1)[0], [], tuple(entry["pre_grad_nodes"]), ()))
 
 
 def _nodes(info: dict[str, Any], handle: str | None, kernel: str) -> tuple[str, ...]:
@@ -362,11 +389,7 @@ def first_divergence(
             if old in written:
                 written[new] = written.pop(old)
         input_notes, unknown_inputs = _inputs_against_eager(launch, before, written, values, tolerance)
-        outputs = [
-            arg
-            for arg in launch.args
-            if after[arg] is not None and (before[arg] is None or not _same(before[arg], after[arg]))  # type: ignore[arg-type]
-        ]
+        outputs = _written(launch, before, after)
         # A node is compared where it is finished (its last launch), with the written buffer closest to eager's
         # value: a fused kernel may also store intermediates of the node's shape.
         finished = (n for n in launch.nodes if last_launch.get(n) == number and _stored(n, launch, values))
@@ -403,6 +426,18 @@ def first_divergence(
             if finding.past_tolerance is None:
                 finding.past_tolerance = worst[0]
     return _finished(finding, tolerance, first_dtype)
+
+
+def _written(
+    launch: Launch, before: dict[str, torch.Tensor | None], after: dict[str, torch.Tensor | None]
+) -> list[str]:
+    """The arguments ``launch`` wrote: those its call writes, or whose saved values changed over the launch."""
+    return [
+        arg
+        for arg in launch.args
+        if (value := after[arg]) is not None
+        and (arg in launch.writes or (held := before[arg]) is None or not _same(held, value))
+    ]
 
 
 def _stored(node: str, launch: Launch, values: NodeValues) -> bool:

@@ -1,8 +1,9 @@
 """Stage numerics on what GPT-2's package holds (issue 61 item 6: a divergence on a real architecture): an extern call
-saves its arguments under its ATen op's name, and a fused kernel stores only the nodes something outside it reads.
-Both made the first divergent kernel transformers' mask kernel instead of the user's stateful activation: the
-kernel's ``cumsum`` (finished by the extern call after it) and ``diff`` (read only inside the kernel) were each
-compared with the closest buffer the kernel wrote, another node's. The wrapper lines are the compile's (torch 2.13,
+saves its arguments under its ATen op's name, a custom op's call through the proxy executor saves none, and a fused
+kernel stores only the nodes something outside it reads. Each made the first divergent kernel one before the user's
+stateful activation: transformers' mask kernel's ``cumsum`` (finished by the extern call after it) and ``diff`` (read
+only inside the kernel), and the custom op's node in the kernel that computes its input, were each compared with the
+closest buffer the kernel wrote, another node's. The wrapper lines are the compile's (torch 2.13,
 printer 1, provenance tracking); ``tests/test_real_architecture_faults.py`` runs the whole stage."""
 
 from __future__ import annotations
@@ -28,22 +29,28 @@ WRAPPER = f"""
     aoti_torch_save_tensor_handle(buf3, "buf3", "before_launch", "at::_ops::cumsum::call");
     AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cpu_cumsum(buf3, -1L, &var_0, &buf5_handle));
     aoti_torch_save_tensor_handle(buf3, "buf3", "after_launch", "at::_ops::cumsum::call");
+    // [Provenance debug handles] aoti_torch_cpu_checked_scale:3
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_proxy_executor_call_function(proxy_executor, 0, 0, nullptr, 2, handles));
 """
 INFO = {
     f"{MASK_KERNEL}:1": {"pre_grad_nodes": ["sub", "unsqueeze", "diff", "cumsum", "ne"]},
     "aoti_torch_cpu_cumsum:2": {"pre_grad_nodes": ["cumsum"]},
+    "aoti_torch_cpu_checked_scale:3": {"pre_grad_nodes": ["checked_scale"]},
 }
 
 
-def test_an_extern_call_saved_under_its_aten_name_is_a_launch_with_its_handles_nodes(tmp_path: Path) -> None:
+def test_extern_calls_are_launches_with_their_handles_nodes(tmp_path: Path) -> None:
     package = tmp_path / "model.pt2"
     with zipfile.ZipFile(package, "w") as archive:
         archive.writestr("model/data/aotinductor/model/c4rk.wrapper.cpp", WRAPPER)
         archive.writestr("model/data/aotinductor/model/kernel_information.json", json.dumps(INFO))
     launches = package_launches(package)
+    assert launches[0].writes == ("buf3",)  # its call casts buf2 to const: read only
     assert [(launch.kernel, launch.args, launch.nodes) for launch in launches] == [
         (MASK_KERNEL, ("buf2", "buf3"), ("sub", "unsqueeze", "diff", "cumsum", "ne")),
         ("at::_ops::cumsum::call", ("buf3",), ("cumsum",)),
+        # A custom op through the proxy executor saves nothing: a launch of no arguments still finishes its node.
+        ("aoti_torch_cpu_checked_scale", (), ("checked_scale",)),
     ]
 
 
@@ -77,3 +84,20 @@ def test_nodes_the_kernel_does_not_store_are_not_compared_with_its_buffers(tmp_p
     )
     finding = first_divergence(launches, tmp_path, values, tolerance=None)
     assert finding.diverged is None, finding
+
+
+def test_a_kernel_that_writes_back_what_it_read_is_still_compared(tmp_path: Path) -> None:
+    """Export baked the stateful activation's count, 1: the package's ``mul`` by it, in place, writes back the values
+    it read, while eager multiplied by 2. The call's non-const cast says the kernel writes its argument."""
+    kernel = "cpp_fused_mul_5"
+    read = torch.linspace(-1, 1, 8).reshape(1, 8)
+    _save(tmp_path, "before", kernel, "buf24", read)
+    _save(tmp_path, "after", kernel, "buf24", read)
+    values = NodeValues(
+        eager={"mul_4": read * 2}, exported={"mul_4": read}, order=["mul_4"], users={"mul_4": ("view",)}
+    )
+    launch = Launch(kernel, ("buf24",), ("mul_4",))
+    assert first_divergence([launch], tmp_path, values, tolerance=None).diverged is None  # as it was
+    written = Launch(kernel, ("buf24",), ("mul_4",), writes=("buf24",))
+    found = first_divergence([written], tmp_path, values, tolerance=None).diverged
+    assert found is not None and (found.kernel, found.node) == (kernel, "mul_4"), found
