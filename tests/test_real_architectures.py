@@ -130,4 +130,39 @@ def test_a_mismatch_that_export_made_says_so_not_that_the_package_is_less_accura
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     assert "AOTIMismatchError: export changed the model: the exported program run eagerly" in text, text
+    assert (
+        "They part at graph node sin (aten.sin.default), made at test_export.py:7 in forward: "
+        "return torch.sin(x) * 2: a line eager did not run, so export took another path there"
+    ) in text, text
     assert "less accurate" not in text, text
+
+
+def test_a_real_architecture_branching_on_export_names_its_line() -> None:
+    """Issue 61 item 3 on a real architecture: a GPT-2 block's MLP wrapped in a user's module that branches on
+    ``torch.compiler.is_exporting()`` (as transformers' own code does) is named at its line."""
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    from pytest_aoti.core.export_paths import first_node_off_eagers_path
+
+    config = GPT2Config(
+        n_layer=2, n_embd=16, n_head=2, n_positions=16, vocab_size=64, use_cache=False, bos_token_id=0, eos_token_id=0
+    )
+    model = GPT2Model(config).eval()
+
+    class ScaledUnderExport(torch.nn.Module):
+        def __init__(self, mlp: torch.nn.Module) -> None:
+            super().__init__()
+            self.mlp = mlp
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            out = self.mlp(h)
+            if torch.compiler.is_exporting():
+                out = out * 0.5
+            return out
+
+    model.h[1].mlp = ScaledUnderExport(model.h[1].mlp)
+    ids = torch.randint(0, 64, (1, 8))
+    program = torch.export.export(model, (ids,))
+    found = first_node_off_eagers_path(program, model, (ids,), {})
+    assert found is not None and found.line.text == "out = out * 0.5", found

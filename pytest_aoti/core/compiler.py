@@ -41,6 +41,7 @@ from pytest_aoti.core.errors import (
     hide_usage_errors,
     warn_at_users_line,
 )
+from pytest_aoti.core.export_paths import first_node_off_eagers_path
 from pytest_aoti.core.invariants import (
     ProgramSpec,
     check_call_outputs,
@@ -876,13 +877,16 @@ def _compare_input_set(
             flat = flatten_inputs(compiled.exported_program.call_spec.in_spec, *inputs)
             program = compiled.exported_program
             capture.explain(ComparedCall(compiled.package_path, program, flat, tolerance, actual, expected))
-        export_changed = _export_changed_the_model(compiled.exported_program, inputs, actual, expected, tolerance)
+        export_changed = _export_changed_the_model(
+            compiled.exported_program, module, inputs, actual, expected, tolerance
+        )
         raise _mismatch_error(mismatch, compiled.exported_program, module, export_changed) from None
     return actual, accepted
 
 
 def _export_changed_the_model(
     program: ExportedProgram,
+    module: torch.nn.Module,
     inputs: tuple[Any, dict[str, Any]],
     actual: Any,
     expected: Any,
@@ -904,12 +908,18 @@ def _export_changed_the_model(
     if _close_enough(exported, expected, rtol, atol) or not _close_enough(actual, exported, rtol, atol):
         return None
     worst = _max_abs_difference(exported, expected)
-    return (
+    headline = (
         "export changed the model: the exported program run eagerly (torch.export.export(model, ...).module()) "
         f"already differs from eager{f' (max abs difference {worst:.3g})' if worst is not None else ''}, and the "
-        "package matches the exported program. The difference is export's, not the compiled package's: look for "
-        "code that takes another path under export (torch.compiler.is_exporting(), a Python value or a "
-        "data-dependent branch frozen at export)"
+        "package matches the exported program. The difference is export's, not the compiled package's"
+    )
+    cause = "(torch.compiler.is_exporting(), a Python value or a data-dependent branch frozen at export)"
+    off_path = first_node_off_eagers_path(program, module, *copied_inputs(inputs))
+    if off_path is None:
+        return f"{headline}: look for code that takes another path under export {cause}"
+    return (
+        f"{headline}. They part at graph node {off_path.node} ({off_path.target}), made at "
+        f"{off_path.line.describe(Path.cwd())}: a line eager did not run, so export took another path there {cause}"
     )
 
 
