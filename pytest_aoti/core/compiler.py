@@ -353,8 +353,9 @@ class CompiledModel:
                 raise
             raise spec_error from None  # torch's frames say nothing the message does not
         except RuntimeError as error:
-            self._note_poisoned(error)
             run_error = package_run_error(error)
+            # What a poisoned device's failing example raises again (core.strategies) is what it raised first.
+            self._note_poisoned(run_error or error)
             if run_error is None:
                 raise
             raise run_error from None  # torch's C++ frames say nothing the message does not
