@@ -909,18 +909,20 @@ def _export_changed_the_model(
     if _close_enough(exported, expected, rtol, atol) or not _close_enough(actual, exported, rtol, atol):
         return None
     worst = _max_abs_difference(exported, expected)
-    headline = (
-        "export changed the model: the exported program run eagerly (torch.export.export(model, ...).module()) "
-        f"already differs from eager{f' (max abs difference {worst:.3g})' if worst is not None else ''}, and the "
-        "package matches the exported program. The difference is export's, not the compiled package's"
+    differs = (
+        "the exported program run eagerly (torch.export.export(model, ...).module()) already differs from eager"
+        f"{f' (max abs difference {worst:.3g})' if worst is not None else ''}, and the package matches the exported "
+        "program. The difference is export's, not the compiled package's"
     )
     cause = "(torch.compiler.is_exporting(), a Python value or a data-dependent branch frozen at export)"
     off_path = first_node_off_eagers_path(program, module, *copied_inputs(inputs))
     if off_path is None:
-        return f"{headline}: look for code that takes another path under export {cause}"
+        return f"export changed the model: {differs}: look for code that takes another path under export {cause}"
+    # The place first: a verdict's headline keeps the start of the message.
     return (
-        f"{headline}. They part at graph node {off_path.node} ({off_path.target}), made at "
-        f"{off_path.line.describe(Path.cwd())}: a line eager did not run, so export took another path there {cause}"
+        f"export changed the model at graph node {off_path.node} ({off_path.target}), made at "
+        f"{off_path.line.describe(Path.cwd())}, a line eager did not run: {differs}. Export took another path "
+        f"there {cause}"
     )
 
 
