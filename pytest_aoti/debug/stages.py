@@ -724,8 +724,15 @@ def kernel_sources(
     if nonfinite is not None and nonfinite.kernel is not None:
         # The launch that wrote it (a kernel reused by several blocks has a line per launch).
         find("nonfinite", nonfinite.kernel, nonfinite.launch)
-    if verdict.numerics is not None and verdict.numerics.diverged is not None:
-        find("divergent", verdict.numerics.diverged.kernel)
+    diverged = verdict.numerics.diverged if verdict.numerics is not None else None
+    if diverged is not None:
+        # A kernel launched several times (an extern addmm per linear) is the launch that computes the finding's
+        # nodes, whose lines are its own; by name alone, the first launch's lines would stand in for them.
+        same = next((s for s in sources if s.name == diverged.kernel and s.nodes == tuple(diverged.nodes)), None)
+        if same is not None:
+            found["divergent"] = same
+        else:
+            find("divergent", diverged.kernel)
     origin = verdict.origin.node if verdict.origin is not None else None
     # The call of the op alone (a custom op's extern call) before a kernel that fused it among others.
     holding = next((source for source in sources if origin is not None and source.nodes == (origin,)), None)

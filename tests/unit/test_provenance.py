@@ -168,3 +168,25 @@ def test_a_failure_that_is_not_a_crash_points_at_the_last_kernel_not_the_call_af
     expected = "aoti_models.py:52 in forward: y = maybe_crash(torch.sin(x) * 2 + x)"
     assert dict(user_properties(verdict))["aoti_source"] == f"{kernel}: at {expected}"
     assert "the next call" not in headline(verdict)
+
+
+def test_a_divergent_kernel_launched_twice_gets_the_lines_of_its_own_launch() -> None:
+    """Two extern addmm calls (one per linear) share a name: the divergent one is the launch that computes the
+    finding's nodes, with its own line, not the first launch's."""
+    from pytest_aoti.core.protocol import Finding, KernelFinding
+    from pytest_aoti.core.source_lines import SourceLine
+    from pytest_aoti.debug.stages import Verdict, kernel_sources
+
+    first = SourceLine("model.py", 11, "forward", "h = torch.relu(self.lin(x))")
+    second = SourceLine("model.py", 14, "forward", "return self.out(h).sin()")
+    sources = [
+        provenance.KernelSource("aoti_torch_cpu_addmm_out", ("linear",), (first,)),
+        provenance.KernelSource("cpp_fused_mul_relu_1", ("relu", "mul"), (first,)),
+        provenance.KernelSource("aoti_torch_cpu_addmm_out", ("linear_1",), (second,)),
+    ]
+    diverged = KernelFinding(
+        kernel="aoti_torch_cpu_addmm_out", launch=3, nodes=["linear_1"], node="linear_1", buffer="buf4",
+        max_abs=0.6, max_rel=28.0, index=[3, 0], within_noise=False, inputs_matched=True,
+    )  # fmt: skip
+    verdict = Verdict("test_m.py::test_m", numerics=Finding(compared=3, diverged=diverged))
+    assert kernel_sources(verdict, sources, None)["divergent"].lines == (second,)
