@@ -534,7 +534,11 @@ def output_spec_error(error: ValueError, out_spec: Any) -> AOTIOutputSpecError |
 # A CPU kernel's failed TORCH_CHECK: "index out of bounds: tmp6 < 32L\nException raised from cpp_fused_…_1 at
 # /tmp/…/c….kernel.cpp:83 (most recent call first):". A Python op's error raised through the package: "ValueError: …"
 # then "At:" and its frames, innermost first, as "  /path/file.py(8): function".
-_KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at \S+\.cpp:\d+")
+_KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at (?P<file>\S+\.cpp):\d+")
+# Inductor's generated source ("c" and a hash, ".kernel.cpp" or ".wrapper.cpp"), where a package's own kernels are.
+# A check that failed elsewhere is an op the package calls: ATen's ("…/aten/src/ATen/native/BatchLinearAlgebra.cpp",
+# raised from _linalg_check_errors) or a C++ extension's.
+_GENERATED_SOURCE = re.compile(r"\.(?:kernel|wrapper)\.cpp$|(?:^|/)c[a-z0-9]{20,}\.cpp$")
 _PYTHON_FRAME = re.compile(r"^\s+(?P<file>\S+\.py)\((?P<line>\d+)\): (?P<function>\S+)$", re.MULTILINE)
 
 
@@ -544,6 +548,11 @@ def package_run_error(error: RuntimeError) -> AOTIPackageRunError | None:
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
     kernel = _KERNEL_RAISED.search(text)
+    if kernel is not None and not _GENERATED_SOURCE.search(kernel["file"]):
+        return AOTIPackageRunError(
+            f"an op the package calls (not one of its kernels) raised in {kernel['kernel']}: {first.rstrip('.')}. "
+            "--aoti-debug names the op and its line in your model"
+        )
     if kernel is not None:
         condition = re.sub(r"(\d)L\b", r"\1", first)
         why = (

@@ -49,6 +49,33 @@ def test_a_custom_ops_error_is_said_with_its_line() -> None:
     )
 
 
+# An ATen op the package calls through the proxy executor failed its own check (torch 2.13, a linalg.cholesky of a
+# matrix that is not positive-definite): raised from ATen's source, not from a kernel of the package.
+ATEN_ERROR = """linalg.cholesky: The factorization could not be completed because the input is not positive-definite \
+(the leading minor of order 1 is not positive-definite).
+Exception raised from _linalg_check_errors at /__w/pytorch/pytorch/aten/src/ATen/native/BatchLinearAlgebra.cpp:1625 \
+(most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char>) + 0x9d (0x7fe4 in libc10.so)
+"""
+
+
+def test_an_aten_ops_check_is_not_said_to_be_a_kernel_of_the_package() -> None:
+    error = package_run_error(RuntimeError(ATEN_ERROR))
+    assert error is not None and isinstance(error, RuntimeError)
+    assert str(error).startswith(
+        "an op the package calls (not one of its kernels) raised in _linalg_check_errors: linalg.cholesky: The "
+        "factorization could not be completed"
+    )
+    assert "kernel _linalg_check_errors" not in str(error) and "frame #" not in str(error)
+
+
+def test_a_kernel_in_a_single_generated_source_is_the_packages() -> None:
+    # Torch releases that kept a package's kernels in its one "c<hash>.cpp".
+    text = KERNEL_ERROR.replace("cy2l.kernel.cpp", "cy2lzoq4a6m7ydkd3o5fyk4hf2qgqmnbjkvzxt.cpp")
+    error = package_run_error(RuntimeError(text))
+    assert error is not None and str(error).startswith(f"the package raised in kernel {KERNEL}: ")
+
+
 def test_any_other_runtime_error_stays_torchs() -> None:
     assert package_run_error(RuntimeError("CUDA error: an illegal memory access was encountered")) is None
     assert package_run_error(RuntimeError("run_func_( container_handle_, ...) API call failed at x.cpp")) is None
