@@ -44,7 +44,11 @@ def _decide(config: pytest.Config) -> Role:
         return Role.ISOLATED if child == Stage.ISOLATE else Role.DEBUG_STAGE
     if hasattr(config, "workerinput"):
         return Role.WORKER
-    distributed = getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "numprocesses", 0))
+    # Workers from -n, or from --tx without -n (xdist's own test: a dist mode and transports; -n's become --tx at
+    # xdist's pytest_cmdline_main, which an early question precedes).
+    option = config.option
+    workers = bool(getattr(option, "numprocesses", 0)) or bool(getattr(option, "tx", None))
+    distributed = getattr(option, "dist", "no") != "no" and workers
     if distributed and config.pluginmanager.hasplugin("xdist"):
         return Role.CONTROLLER
     return Role.SESSION

@@ -30,6 +30,13 @@ def test_an_xdist_controller_and_its_worker(pytester: pytest.Pytester) -> None:
     assert roles.worker_id(worker) == "gw0" and roles.worker_id(config) is None  # type: ignore[arg-type]
 
 
+def test_workers_from_tx_without_n_make_a_controller(pytester: pytest.Pytester) -> None:
+    # xdist starts two workers for this command line, as it does for -n 2.
+    config = pytester.parseconfig("--tx", "2*popen", "--dist", "load")
+    assert roles.role(config) is Role.CONTROLLER
+    assert roles.role(pytester.parseconfig("--tx", "2*popen")) is Role.SESSION  # no dist mode: xdist runs none
+
+
 @pytest.mark.parametrize(
     ("child", "expected"),
     [("isolate", Role.ISOLATED), ("kernels", Role.DEBUG_STAGE), ("numerics", Role.DEBUG_STAGE)],
