@@ -539,7 +539,10 @@ _KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at (?P<file>
 # A check that failed elsewhere is an op the package calls: ATen's ("…/aten/src/ATen/native/BatchLinearAlgebra.cpp",
 # raised from _linalg_check_errors) or a C++ extension's.
 _GENERATED_SOURCE = re.compile(r"\.(?:kernel|wrapper)\.cpp$|(?:^|/)c[a-z0-9]{20,}\.cpp$")
-_PYTHON_FRAME = re.compile(r"^\s+(?P<file>\S+\.py)\((?P<line>\d+)\): (?P<function>\S+)$", re.MULTILINE)
+# A file's path may hold spaces ("/home/me/My Project/ops.py"): up to the ".py(" of the frame.
+_PYTHON_FRAME = re.compile(r"^\s+(?P<file>\S.*?\.py)\((?P<line>\d+)\): (?P<function>\S+)$", re.MULTILINE)
+# pytest-aoti's own frames (the call into the package) are never the op's.
+_PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def package_run_error(error: RuntimeError) -> AOTIPackageRunError | None:
@@ -569,7 +572,7 @@ def package_run_error(error: RuntimeError) -> AOTIPackageRunError | None:
     if not frames:
         return None
     torch_dir = torch_install_dir() or "\0"
-    found = (m for m in _PYTHON_FRAME.finditer(frames) if not m["file"].startswith(torch_dir))
+    found = (m for m in _PYTHON_FRAME.finditer(frames) if not m["file"].startswith((torch_dir, _PLUGIN_DIR)))
     frame = next(found, None)
     at = f" at {frame['file']}:{frame['line']} in {frame['function']}" if frame is not None else ""
     return AOTIPackageRunError(f"a Python op the package calls (a custom op) raised{at}: {head.strip()}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_aoti.core import compiler
 from pytest_aoti.core.compiler import package_run_error
 from pytest_aoti.core.protocol import NonfiniteOrigin
 from pytest_aoti.core.source_lines import SourceLine
@@ -47,6 +48,33 @@ def test_a_custom_ops_error_is_said_with_its_line() -> None:
         "a Python op the package calls (a custom op) raised at /home/user/project/test_model.py:8 in checked_scale: "
         "ValueError: checked_scale: a value 0.114 is past the limit 0.001"
     )
+
+
+def test_a_custom_op_in_a_path_with_a_space_is_said_with_its_own_line() -> None:
+    # As torch 2.13 printed it for a custom op in "/tmp/my dir/exp_space.py": the op's frame, torch's, then the call
+    # into the package (pytest-aoti's own frame, and the test's).
+    plugin = compiler.__file__
+    text = f"""ValueError: boom: too big
+
+At:
+  /tmp/my dir/exp_space.py(9): boom
+  /venv/lib/python3.11/site-packages/torch/_library/custom_ops.py(502): wrapped_fn
+  {plugin}(344): _run_checked_inputs
+  /tmp/my dir/exp_space.py(20): <module>
+"""
+    error = package_run_error(RuntimeError(text))
+    assert error is not None
+    assert str(error) == (
+        "a Python op the package calls (a custom op) raised at /tmp/my dir/exp_space.py:9 in boom: ValueError: boom: "
+        "too big"
+    )
+
+
+def test_pytest_aotis_own_frame_is_never_the_ops() -> None:
+    plugin = compiler.__file__
+    text = f"ValueError: boom\n\nAt:\n  {plugin}(344): _run_checked_inputs\n  /home/u/t.py(20): test_boom\n"
+    error = package_run_error(RuntimeError(text))
+    assert error is not None and " at /home/u/t.py:20 in test_boom: " in str(error)
 
 
 # An ATen op the package calls through the proxy executor failed its own check (torch 2.13, a linalg.cholesky of a
