@@ -89,7 +89,15 @@ def _index_reads(node: torch.fx.Node, args: tuple[Any, ...]) -> list[tuple[torch
     if target in (aten.index_select.default, aten.gather.default):
         return [(args[0], args[2], args[1])]
     if target is aten.index.Tensor:
-        return [(args[0], index, dim) for dim, index in enumerate(args[1]) if isinstance(index, torch.Tensor)]
+        reads, dim = [], 0
+        for index in args[1]:
+            if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
+                dim += index.dim()  # a mask spans as many of the table's dims as it has
+                continue
+            if isinstance(index, torch.Tensor):
+                reads.append((args[0], index, dim))
+            dim += 1
+        return reads
     return []
 
 

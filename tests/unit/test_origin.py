@@ -92,3 +92,17 @@ def test_a_nan_made_and_dropped_before_is_not_the_origin_of_the_outputs_nan() ->
     origin = _replay(SafeLogThenUserLog(), torch.tensor([-1.0, 0.5, 2.0]))
     assert (origin.outputs, origin.kind, origin.node) == ("nan", "NaN", "log_1"), origin
     assert origin.output == "3 of 3 values NaN", origin
+
+
+def test_an_index_after_a_mask_is_held_to_the_dim_it_reads() -> None:
+    # x[mask, idx]: the 2-d mask spans dims 0 and 1, so idx reads dim 2 (size 5) and 4 is in range; eager runs it.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, idx = torch.randn(2, 3, 5), torch.tensor([4, 0, 1, 2])
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    graph = make_fx(lambda x, mask, idx: x[mask, idx])(x, mask, idx)
+    assert replay(graph, [x, mask, idx]).outputs == "finite"
+    assert (
+        replay(graph, [x, mask, torch.tensor([5, 0, 1, 2])]).output
+        == "index 5 outside [-5, 5) (dim 2 of a 2x3x5 table)"
+    )
