@@ -155,6 +155,14 @@ def encode(message: Message) -> str:
     return json.dumps({"message": message.NAME, "data": message.to_dict()}) + "\n"
 
 
+def _shown(line: str | bytes) -> str:
+    """The start of a bad line for its error, which the fork server logs: never an environment's values (a fork
+    request's, of a client of another version, may hold a token), so the line is cut where an "env" key starts."""
+    text = line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
+    cut = text.find('"env"')
+    return repr(text[:cut][:200] + '"env": (not shown)' if cut >= 0 else text[:200])
+
+
 @overload
 def decode(line: str | bytes, expected: type[_One], /) -> _One: ...
 @overload
@@ -162,7 +170,7 @@ def decode(line: str | bytes, expected: type[_One], other: type[_Other], /) -> _
 def decode(line: str | bytes, /, *expected: Any) -> Any:
     """The message ``line`` holds, which must be one of ``expected``; a :class:`WireError` that says what is wrong
     with anything else."""
-    shown = line[:200]
+    shown = _shown(line)
     try:
         record = json.loads(line)
     except ValueError:

@@ -68,3 +68,15 @@ def test_a_message_is_a_named_record_on_the_wire() -> None:
     """What another version of either side would have to read: the name, and the record's fields under ``data``."""
     assert json.loads(encode(Ended(3))) == {"message": "ended", "data": {"returncode": 3}}
     assert json.loads(encode(EACH_MESSAGE[2]))["data"]["args"] == ["-k", "x", "tests/t.py::t"]
+
+
+@pytest.mark.parametrize("cut", [None, 90], ids=["whole", "partial"])
+def test_a_bad_lines_error_shows_no_environment(cut: int | None) -> None:
+    """The server logs a bad request's error: a client of another version (the wire before named messages) sends the
+    child's environment, whose values it must not show."""
+    env = {"GITHUB_TOKEN": "ghp_s3cret", "PATH": "/bin"}
+    old = json.dumps({"args": ["t.py::x"], "safe_path": False, "cwd": "/w", "env": env, "log": ""}) + "\n"
+    with pytest.raises(WireError) as raised:
+        decode(old[:cut], ForkRequest)
+    assert "s3cret" not in str(raised.value) and "GITHUB_TOKEN" not in str(raised.value)
+    assert '"cwd": "/w", "env": (not shown)' in str(raised.value)
