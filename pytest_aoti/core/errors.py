@@ -161,10 +161,11 @@ class AOTICompileError(AOTIError):
         super().__init__(f"AOTI {stage} failed: {summary}")
 
 
-class AOTIOutputSpecError(AOTIError):
+class AOTIOutputSpecError(AOTIError, ValueError):
     """The package ran, but torch could not rebuild the model's outputs from what it returned: the package returned
     another number of outputs than its exported output spec holds (torch's ``treespec.unflatten`` error). A package
-    defect from export or the compile, which a rerun repeats (failure kind ``compile``)."""
+    defect from export or the compile, which a rerun repeats (failure kind ``compile``). A ``ValueError`` still, as
+    torch's own error was."""
 
     failure_kind: ClassVar[str] = FailureKind.COMPILE
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_aoti.core import compiler
-from pytest_aoti.core.compiler import package_run_error
+from pytest_aoti.core.compiler import output_spec_error, package_run_error
 from pytest_aoti.core.protocol import NonfiniteOrigin
 from pytest_aoti.core.source_lines import SourceLine
 from pytest_aoti.debug import kernel_log
@@ -102,6 +102,15 @@ def test_a_kernel_in_a_single_generated_source_is_the_packages() -> None:
     text = KERNEL_ERROR.replace("cy2l.kernel.cpp", "cy2lzoq4a6m7ydkd3o5fyk4hf2qgqmnbjkvzxt.cpp")
     error = package_run_error(RuntimeError(text))
     assert error is not None and str(error).startswith(f"the package raised in kernel {KERNEL}: ")
+
+
+def test_an_output_spec_error_is_still_the_value_error_torch_raised() -> None:
+    # A test that caught torch's error (pytest.raises(ValueError)) around the package call still catches it.
+    torch_error = ValueError(
+        "treespec.unflatten(leaves): 'leaves' has length 5 but the spec refers to a pytree that holds 1 items"
+    )
+    error = output_spec_error(torch_error, None)
+    assert isinstance(error, ValueError) and "the package returned 5 outputs" in str(error)
 
 
 def test_any_other_runtime_error_stays_torchs() -> None:
