@@ -97,6 +97,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(controller, "aoti-xdist-controller")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    roles.release(config)
+
+
 def _one_supervised_worker(config: pytest.Config) -> None:
     """Run the session as one xdist worker (what ``-n 1`` sets up; xdist's own ``pytest_configure`` runs after this
     one and starts it): a test that crashes the worker fails alone, xdist starts a new worker for the tests after

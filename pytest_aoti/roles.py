@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import os
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,9 +39,25 @@ role_key = pytest.StashKey["Role"]()
 AOTI_FIXTURES = frozenset({"aoti_compile", "aoti_check", "aoti_device", "aoti_compile_shared"})
 
 
+# The child pytest-aoti started is one process, and one config in it: a pytest run the child's test starts (pytester
+# in-process or in a subprocess, a script's pytest.main()) inherits PYTEST_AOTI_CHILD but is a session of its own.
+# The child claims the role at settle: its config here, its pid in the environment its subprocesses inherit.
+CHILD_OWNER_ENV = "PYTEST_AOTI_CHILD_PID"
+_child_config: weakref.ref[pytest.Config] | None = None
+
+
+def _inherited_child_marker(config: pytest.Config) -> bool:
+    """Whether PYTEST_AOTI_CHILD reached ``config`` from a child it runs inside, rather than naming it."""
+    owner = os.environ.get(CHILD_OWNER_ENV)
+    if owner is not None and owner != str(os.getpid()):
+        return True
+    claimed = _child_config() if _child_config is not None else None
+    return claimed is not None and claimed is not config
+
+
 def _decide(config: pytest.Config) -> Role:
     child = os.environ.get(CHILD_ENV)
-    if child:
+    if child and not _inherited_child_marker(config):
         return Role.ISOLATED if child == Stage.ISOLATE else Role.DEBUG_STAGE
     if hasattr(config, "workerinput"):
         return Role.WORKER
@@ -59,8 +76,21 @@ def settle(config: pytest.Config) -> Role:
     the session one supervised xdist worker where it does (the session is then that worker's controller). The
     questions asked before (at ``pytest_cmdline_main``, by the configure hooks that run before plugin.py's) get
     their answers from the same rules, and none of them tells a session from a controller."""
+    global _child_config
     decided = config.stash[role_key] = _decide(config)
+    if decided in CHILDREN:
+        _child_config = weakref.ref(config)
+        os.environ[CHILD_OWNER_ENV] = str(os.getpid())
     return decided
+
+
+def release(config: pytest.Config) -> None:
+    """At the end of ``config``'s session: a child's claim on its role ends with it (plugin.py's unconfigure)."""
+    global _child_config
+    if _child_config is not None and _child_config() is config:
+        _child_config = None
+        if os.environ.get(CHILD_OWNER_ENV) == str(os.getpid()):
+            del os.environ[CHILD_OWNER_ENV]
 
 
 def role(config: pytest.Config) -> Role:

@@ -51,11 +51,18 @@ from pytest_aoti.core.remote_cache import mask_url_argument
 from pytest_aoti.debug.child_args import strip_parent_only
 from pytest_aoti.debug.crash_route import record_of
 from pytest_aoti.forkserver.client import ForkedProcess, start_forked
-from pytest_aoti.roles import worker_id, worker_input
+from pytest_aoti.roles import CHILD_OWNER_ENV, worker_id, worker_input
 from pytest_aoti.settings import settings_key
 
-# Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's.
-_DROPPED_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
+# Variables that would make the child an xdist worker, or that describe the parent's test rather than the child's
+# (a child's claim on its role, where a child starts one: the new child claims its own).
+_DROPPED_ENV = (
+    "PYTEST_XDIST_WORKER",
+    "PYTEST_XDIST_WORKER_COUNT",
+    "PYTEST_XDIST_TESTRUNUID",
+    "PYTEST_CURRENT_TEST",
+    CHILD_OWNER_ENV,
+)
 # Set for the child's own bookkeeping; a person reproducing the run by hand does not need them.
 _UNSHOWN_ENV = (REPORT_FILE_ENV, TEST_PATH_ENV, "TMPDIR", ISA_RECORD_ENV, CACHE_SECRET_ENV)
 _KILL_GRACE_SECONDS = 10.0

@@ -4,6 +4,7 @@ module reads what decides it; and the one answer to "does this test use pytest-a
 from __future__ import annotations
 
 import ast
+import os
 import types
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_aoti import roles
 from pytest_aoti.roles import Role
+from tests.conftest import plugin_args
 
 PACKAGE = Path(roles.__file__).parent
 
@@ -138,3 +140,46 @@ def test_only_roles_reads_what_decides_a_role() -> None:
         if reads:
             readers[relative] = reads
     assert readers == {}, f"read what decides a process's role outside roles.py (ask its predicates): {readers}"
+
+
+NESTED_IN_A_CHILD = """
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def test_inner_runs(pytester):
+    pytester.makepyfile(test_inner="def test_one():\\n    pass\\n")
+    pytester.makeconftest(
+        "from pytest_aoti import roles\\n"
+        "def pytest_report_header(config):\\n"
+        "    return 'inner role: ' + roles.role(config).value\\n"
+    )
+    {run}.assert_outcomes(passed=1)
+"""
+
+
+@pytest.mark.parametrize("run", ["pytester.runpytest_inprocess()", "pytester.runpytest_subprocess()"])
+def test_a_pytest_run_inside_a_child_is_a_session_of_its_own(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    """A child's test that starts a pytest run of its own (a plugin's pytester tests run under --aoti-isolate)
+    inherits PYTEST_AOTI_CHILD: that run is a session, not the child, and runs its tests (it collected none)."""
+    monkeypatch.setenv("PYTEST_AOTI_CHILD", "isolate")
+    monkeypatch.setenv("PYTEST_AOTI_NODEID", "test_outer.py::test_inner_runs")
+    monkeypatch.delenv(roles.CHILD_OWNER_ENV, raising=False)
+    pytester.makepyfile(test_outer=NESTED_IN_A_CHILD.format(run=run))
+    result = pytester.runpytest_subprocess(*plugin_args(), "-s", "test_outer.py::test_inner_runs")
+    result.stdout.fnmatch_lines(["*inner role: session*"])
+    assert "inner role: isolated test" not in result.stdout.str()
+
+
+def test_a_childs_claim_ends_with_its_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_AOTI_CHILD", "kernels")
+    monkeypatch.delenv(roles.CHILD_OWNER_ENV, raising=False)
+    child = pytester.parseconfigure()
+    assert roles.is_debug_stage(child)
+    assert roles.role(pytester.parseconfig()) is roles.Role.SESSION  # a second config while the child's lives
+    roles.release(child)  # what plugin.py's pytest_unconfigure does
+    assert roles.CHILD_OWNER_ENV not in os.environ
+    assert roles.is_debug_stage(pytester.parseconfigure())  # the next child claims it afresh
