@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, TypeVar, overload
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Self, TypeVar, overload
 
 
 class WireError(ValueError):
@@ -37,33 +37,38 @@ def _field(data: Mapping[str, Any], name: str, kind: type, message: str) -> Any:
 
 
 @dataclass(frozen=True)
-class Ready:
-    """The server has warmed up and listens on its socket."""
+class _OneValue:
+    """A message of one plain field (an int or a str): written as its dataclass, read back with that field's type
+    checked. Each subclass is a frozen dataclass naming its ``NAME``, its ``KIND`` and its one field."""
 
-    NAME: ClassVar[str] = "ready"
-    pid: int
+    NAME: ClassVar[str]
+    KIND: ClassVar[type]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Ready:
-        return cls(_field(data, "pid", int, cls.NAME))
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        (only,) = fields(cls)
+        return cls(_field(data, only.name, cls.KIND, cls.NAME))  # type: ignore[call-arg]  # the subclass's one field
 
 
 @dataclass(frozen=True)
-class Unsafe:
+class Ready(_OneValue):
+    """The server has warmed up and listens on its socket."""
+
+    NAME: ClassVar[str] = "ready"
+    KIND: ClassVar[type] = int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Unsafe(_OneValue):
     """A fork of the server would not be a clean start (CUDA touched while warming up, ...): it exits."""
 
     NAME: ClassVar[str] = "unsafe"
+    KIND: ClassVar[type] = str
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Unsafe:
-        return cls(_field(data, "reason", str, cls.NAME))
 
 
 @dataclass(frozen=True)
@@ -100,48 +105,30 @@ class ForkRequest:
 
 
 @dataclass(frozen=True)
-class Forked:
+class Forked(_OneValue):
     """The child was forked: its pid."""
 
     NAME: ClassVar[str] = "forked"
+    KIND: ClassVar[type] = int
     pid: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Forked:
-        return cls(_field(data, "pid", int, cls.NAME))
 
 
 @dataclass(frozen=True)
-class Refused:
+class Refused(_OneValue):
     """The child must start fresh instead: what a fork cannot give it."""
 
     NAME: ClassVar[str] = "refused"
+    KIND: ClassVar[type] = str
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Refused:
-        return cls(_field(data, "reason", str, cls.NAME))
 
 
 @dataclass(frozen=True)
-class Ended:
+class Ended(_OneValue):
     """The forked child ended: its exit status, negative for the signal that ended it."""
 
     NAME: ClassVar[str] = "ended"
+    KIND: ClassVar[type] = int
     returncode: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Ended:
-        return cls(_field(data, "returncode", int, cls.NAME))
 
 
 Message = Ready | Unsafe | ForkRequest | Forked | Refused | Ended
