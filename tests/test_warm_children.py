@@ -323,3 +323,22 @@ def test_a_worker_probes_at_its_first_compile_and_no_earlier(
     assert (pytester.path / "collected-gw0.txt").read_text() == "(False, False)"
     assert (pytester.path / "finished-gw0.txt").read_text() == "(True, True)"
     assert (pytester.path / "finished-main.txt").read_text() == "(False, False)"
+
+
+def test_what_the_servers_imports_print_is_never_read_as_its_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sitecustomize (or a module's banner) that prints while the server warms up lands in the server's log; the
+    client still reads the server's own readiness line, and the server forks."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text("print('hello from sitecustomize')\n")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    )
+    noisy = client.ForkServer({})
+    try:
+        noisy.launch()
+        assert noisy.wait_ready(900), noisy.unsafe
+        assert "hello from sitecustomize" in (noisy.dir / "server.log").read_text()
+    finally:
+        noisy.close()

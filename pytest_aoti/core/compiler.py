@@ -534,7 +534,7 @@ def output_spec_error(error: ValueError, out_spec: Any) -> AOTIOutputSpecError |
 # A CPU kernel's failed TORCH_CHECK: "index out of bounds: tmp6 < 32L\nException raised from cpp_fused_…_1 at
 # /tmp/…/c….kernel.cpp:83 (most recent call first):". A Python op's error raised through the package: "ValueError: …"
 # then "At:" and its frames, innermost first, as "  /path/file.py(8): function".
-_KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at (?P<file>\S+\.cpp):\d+")
+_KERNEL_RAISED = re.compile(r"Exception raised from (?P<kernel>\w+) at (?P<file>\S+\.cpp):(?P<line>\d+)")
 # Inductor's generated source ("c" and a hash, ".kernel.cpp" or ".wrapper.cpp"), where a package's own kernels are.
 # A check that failed elsewhere is an op the package calls: ATen's ("…/aten/src/ATen/native/BatchLinearAlgebra.cpp",
 # raised from _linalg_check_errors) or a C++ extension's.
@@ -564,9 +564,11 @@ def package_run_error(error: RuntimeError) -> AOTIPackageRunError | None:
             if "index out of bounds" in first
             else ""
         )
+        # The generated source's place is kept: torch's frames are dropped (``from None``), and it is where a reader
+        # of Inductor's output (TORCHINDUCTOR_CACHE_DIR on the compiling machine) finds the check that failed.
         return AOTIPackageRunError(
             f"the package raised in kernel {kernel['kernel']}: {condition}{why}. --aoti-debug names the op and "
-            "its line in your model"
+            f"its line in your model (the check is at {kernel['file']}:{kernel['line']}, Inductor's generated source)"
         )
     head, _, frames = text.partition("\n\nAt:\n")
     if not frames:

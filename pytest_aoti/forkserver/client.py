@@ -71,26 +71,34 @@ class ForkServer:
         self.started = time.monotonic()
         env = {**os.environ, **self.environment, SERVER_ONLY_ENV: os.environ.get(SERVER_ONLY_ENV, "1")}
         env.pop(FORK_SERVER_ENV, None)
+        # The server says Ready or Unsafe on a pipe of its own, not on its stdout: whatever the interpreter's start
+        # prints there (a sitecustomize, a module's banner) goes to its log and is never read as its word.
+        readiness_read, readiness_write = os.pipe()
         try:
             with (self.dir / "server.log").open("wb") as log:
                 self.process = processes.start(
-                    [sys.executable, "-m", "pytest_aoti.forkserver.server", self.socket_path],
+                    [sys.executable, "-m", "pytest_aoti.forkserver.server", self.socket_path, str(readiness_write)],
                     env=env,
                     stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(readiness_write,),
                 )
             (self.dir / PLANNED_MARK).unlink(missing_ok=True)  # from here a child waits for the socket
         except (OSError, subprocess.SubprocessError) as error:
+            os.close(readiness_read)
             self.unsafe = f"it could not start: {error}"
             self._ready.set()
             return
-        threading.Thread(target=self._read_readiness, daemon=True).start()
+        finally:
+            os.close(readiness_write)  # the server holds the only write end: its exit ends the read
+        readiness = os.fdopen(readiness_read, "rb")
+        threading.Thread(target=self._read_readiness, args=(readiness,), daemon=True).start()
 
-    def _read_readiness(self) -> None:
+    def _read_readiness(self, readiness: IO[bytes]) -> None:
         assert self.process is not None and self.started is not None
-        stdout: IO[bytes] | None = self.process.stdout
-        line = stdout.readline() if stdout is not None else b""
+        with readiness:
+            line = readiness.readline()
         said: Ready | Unsafe | None = None
         problem = f"it ended before it was ready (see {self.dir / 'server.log'})"
         if line:

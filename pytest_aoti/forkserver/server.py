@@ -5,7 +5,8 @@ Run as ``python -m pytest_aoti.forkserver.server SOCKET`` by :mod:`~pytest_aoti.
 default answer (``cudaGetDeviceCount``) initialises the CUDA driver, after which no forked child can use CUDA ("Cannot
 re-initialize CUDA in forked subprocess", seen on the H200). NVML answers without that. The server imports pytest,
 torch and Inductor and runs Inductor's CPU probes, then checks with a canary fork that a child could still start CUDA;
-only then does it say it is ready (``Ready`` on its stdout, or ``Unsafe`` and exit).
+only then does it say it is ready (``Ready`` on a pipe the client handed it, or ``Unsafe`` and exit; its stdout and
+stderr are its log).
 
 Each connection to SOCKET carries one ``ForkRequest`` and gets ``Forked`` when the child started (or ``Refused``:
 start it fresh instead), then ``Ended`` when it ended; :mod:`~pytest_aoti.forkserver.wire` holds the messages. A
@@ -284,22 +285,27 @@ def _base_path() -> list[str]:
     return [entry for entry in sys.path[1:] if entry not in startup_pythonpath]
 
 
-def main(socket_path: str) -> None:
+def main(socket_path: str, readiness_fd: int) -> None:
     processes.die_with_parent()
+    # The readiness line goes on the client's pipe of its own; stdout is the server's log, so whatever the imports
+    # print while warming up (a sitecustomize, a module's banner) is never read as the server's word.
+    readiness = os.fdopen(readiness_fd, "w")
     # Forking a process with a thread of torch's own is what this server is for; the canary checks what matters.
     warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning)
     warm_up()
     reason = unsafe_reason()
     if reason is not None:
-        print(encode(Unsafe(reason)), end="", flush=True)
+        readiness.write(encode(Unsafe(reason)))
+        readiness.close()
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
     server = _Server(listener)
-    print(encode(Ready(os.getpid())), end="", flush=True)
+    readiness.write(encode(Ready(os.getpid())))
+    readiness.close()  # no forked child inherits the client's pipe
     server.serve()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]))

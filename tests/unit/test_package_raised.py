@@ -39,6 +39,8 @@ def test_a_kernel_index_check_is_said_with_the_kernel_and_without_cpp_frames() -
     assert error is not None and isinstance(error, RuntimeError)
     assert str(error).startswith(f"the package raised in kernel {KERNEL}: index out of bounds: tmp6 < 32 (an index")
     assert "frame #" not in str(error) and "--aoti-debug names the op" in str(error)
+    # torch's frames are dropped, the generated source's place is not: where a reader finds the check that failed.
+    assert "(the check is at /tmp/torchinductor_root/cg/cy2l.kernel.cpp:83, Inductor's generated source)" in str(error)
 
 
 def test_a_custom_ops_error_is_said_with_its_line() -> None:
