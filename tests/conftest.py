@@ -20,6 +20,14 @@ import pytest
 
 from tests import tiers
 
+# This suite starts hundreds of Python processes (xdist workers, inner pytest runs, debug children, fork servers).
+# Where the environment sets PYTHONDONTWRITEBYTECODE (some CI images and containers do, this project's among them),
+# each one compiles pytest-aoti, the test modules and every plugin pytest rewrites (all of Hypothesis) from source
+# again: about 1 CPU-s a process, and 9 s of a 66 s unit tier on 2 cores. The suite writes bytecode, as Python does by
+# default; no test's outcome depends on it. (tests/test_docs_examples.py sets it again for the runs it starts.)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 MODELS_SOURCE = (Path(__file__).parent / "aoti_models.py").read_text()
 
 
