@@ -256,6 +256,11 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, choices=range(1, 17), help="loop and cold runs taking turns (default: 1)"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless every run passed every model and the warm and Redis runs hit every package",
+    )
     parser.add_argument("--keep", help="keep the run's dirs here (default: a temporary dir, removed)")
     parser.add_argument("--loop-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -291,6 +296,31 @@ def main() -> None:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     _report(results, cores)
+    if args.check:
+        problems = _problems(results, len(models))
+        for problem in problems:
+            print(f"check failed: {problem}")
+        if problems:
+            raise SystemExit(1)
+        print(f"check passed: every run passed all {len(models)} models; warm and Redis runs hit every package")
+
+
+def _problems(results: list[Measured], models: int) -> list[str]:
+    """What ``--check`` fails on, from each run's summary: a model that failed on either side, a warm rerun that
+    missed (the keys moved between two runs of the same tree), a fresh runner that did not get every package from
+    Redis. Never a time: this is the bench's smoke form in .ci/run."""
+    problems = [] if any(m.name.startswith("(d)") for m in results) else ["(d) did not run (no redis-server)"]
+    for measured in results:
+        if measured.name.startswith("(b)") and not measured.note.startswith(f"{models} passed, 0 failed"):
+            problems.append(f"{measured.name}: {measured.note}")
+        if measured.name.startswith("(") and not measured.name.startswith("(b)"):
+            if not re.match(rf"{models} passed(;|$)", measured.note):
+                problems.append(f"{measured.name}: {measured.note}")
+        if measured.name.startswith("(c)") and f"{models} hits (0 remote), 0 misses" not in measured.note:
+            problems.append(f"{measured.name} missed: {measured.note}")
+        if measured.name.startswith("(d)") and f"{models} hits ({models} remote), 0 misses" not in measured.note:
+            problems.append(f"{measured.name} did not get every package from Redis: {measured.note}")
+    return problems
 
 
 if __name__ == "__main__":
