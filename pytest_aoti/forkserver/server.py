@@ -1,6 +1,6 @@
 """The fork server: one warm process per session that forks pytest-aoti's children.
 
-Run as ``python -m pytest_aoti.forkserver.server SOCKET`` by :mod:`~pytest_aoti.forkserver.client`, with
+Run as ``python -m pytest_aoti.forkserver.server SOCKET READY_FD`` by :mod:`~pytest_aoti.forkserver.client`, with
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` in its environment: importing Inductor asks whether CUDA is available, and the
 default answer (``cudaGetDeviceCount``) initialises the CUDA driver, after which no forked child can use CUDA ("Cannot
 re-initialize CUDA in forked subprocess", seen on the H200). NVML answers without that. The server imports pytest,
